@@ -1,0 +1,67 @@
+"""Preflight filters: thin wrappers over pd_appliance.preflight (see that module for the rules)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    import pd_appliance  # noqa: F401
+except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from pd_appliance import preflight
+
+
+def pd_preflight_topology_errors(variables: dict[str, Any], host: str, roles: list[str], gpu_count: Any) -> list[str]:
+    count = None if gpu_count in (None, "") else int(gpu_count)
+    return preflight.topology_errors(host, roles, count, variables)
+
+
+def pd_preflight_missing_errors(values: dict[str, Any], host: str, required: list[str]) -> list[str]:
+    return preflight.missing_variable_errors(host, required, values)
+
+
+def pd_preflight_disk_errors(
+    mounts: list[dict[str, Any]], host: str, path: str, needed: Any, present: Any = 0
+) -> list[str]:
+    return preflight.disk_errors(host, path, mounts, int(needed), int(present or 0))
+
+
+def pd_preflight_os_errors(supported: dict[str, list[str]], host: str, distribution: str, version: str) -> list[str]:
+    return preflight.os_errors(host, distribution, version, supported)
+
+
+def pd_pci_gpu_count(lines: list[str]) -> int:
+    """Parse 'vendor class' lines (one PCI device each) as printed by the preflight task."""
+    devices = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2:
+            devices.append({"vendor": parts[0], "class": parts[1]})
+    return preflight.pci_gpu_count(devices)
+
+
+def pd_argument_errors(result: dict[str, Any], role: str) -> list[str]:
+    """Turn a validate_argument_spec result into messages that name the role whose variable is bad."""
+    return [f"role {role}: {err}" for err in result.get("argument_errors", [])]
+
+
+def pd_is_example_address(address: Any) -> bool:
+    return preflight.is_documentation_address(str(address))
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, object]:
+        return {
+            "pd_preflight_topology_errors": pd_preflight_topology_errors,
+            "pd_preflight_missing_errors": pd_preflight_missing_errors,
+            "pd_preflight_disk_errors": pd_preflight_disk_errors,
+            "pd_preflight_os_errors": pd_preflight_os_errors,
+            "pd_pci_gpu_count": pd_pci_gpu_count,
+            "pd_argument_errors": pd_argument_errors,
+            "pd_is_example_address": pd_is_example_address,
+        }

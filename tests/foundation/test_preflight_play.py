@@ -1,0 +1,76 @@
+"""Preflight as the user meets it: broken inventories stop the play at preflight, named, unchanged.
+
+Each case copies the rehearsal inventory, breaks one thing in group_vars, runs the real
+ansible-playbook and checks the message and that nothing was created.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_playbook
+
+pytestmark = pytest.mark.slow
+
+
+def break_inventory(inventory: Path, **overrides: object) -> None:
+    (inventory / "group_vars" / "all" / "zz_broken.yml").write_text(yaml.safe_dump(overrides))
+
+
+CASES = {
+    "overlapping_gpus": (
+        {"serving_decode_gpus": [2, 3, 4, 5]},
+        "share GPU [2, 3]",
+    ),
+    "tp4_with_three_gpus": (
+        {"serving_prefill_gpus": [0, 1, 2]},
+        "serving_prefill_tp_size=4 but serving_prefill_gpus has 3 GPU(s)",
+    ),
+    "duplicate_ports": (
+        {"serving_router_port": 30000},
+        "port 30000 is used by serving_prefill_port and serving_router_port",
+    ),
+    "missing_model_path": (
+        {"appliance_model_dir": ""},
+        "required variable appliance_model_dir is not set",
+    ),
+    "gpu_beyond_host": (
+        {"serving_decode_gpus": [4, 5, 6, 9]},
+        "names GPU [9], but the host has 8 GPU(s)",
+    ),
+    "wrong_type": (
+        {"serving_decode_port": "thirty-thousand"},
+        "serving_decode_port",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_broken_inventory_stops_at_preflight(case: str, rehearsal_inventory_copy: Path) -> None:
+    overrides, expected = CASES[case]
+    break_inventory(rehearsal_inventory_copy, **overrides)
+    result = run_playbook("site.yml", rehearsal_inventory_copy)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert expected in output, output[-4000:]
+    # The play ended in preflight: no later stage started and nothing was written.
+    assert "PLAY [Provision" not in output
+    rehearsal_root = rehearsal_inventory_copy.parent.parent / ".rehearsal"
+    assert not rehearsal_root.exists(), f"preflight must change nothing, but {rehearsal_root} exists"
+
+
+def test_all_problems_reported_in_one_run(rehearsal_inventory_copy: Path) -> None:
+    break_inventory(rehearsal_inventory_copy, serving_decode_gpus=[3, 4, 5, 6], serving_router_port=30001)
+    result = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "Preflight found 2 problem(s); nothing was changed" in output, output[-4000:]
+
+
+def test_rehearsal_inventory_passes_preflight(rehearsal_inventory_copy: Path) -> None:
+    result = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "preflight passed on localhost" in result.stdout
+    assert "REHEARSAL:" in result.stdout
