@@ -1,0 +1,260 @@
+"""`pd-appliance`: run the appliance's playbooks through ansible-runner and keep every run.
+
+Each run gets artifacts/runs/<UTC timestamp>-<command>/ with ansible-runner's job events and
+stdout, and ends with a one-screen summary: stages, changed/failed counts per host, and the
+validation figures if the run produced a report. The summary is built from the recorded events,
+so it can be printed again later for any past run (`pd-appliance summary DIR`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PLAYBOOKS = {
+    "deploy": "site.yml",
+    "validate": "playbooks/validate.yml",
+    "status": "playbooks/day2/status.yml",
+}
+
+
+def project_root() -> Path:
+    """The checkout holding site.yml: $PD_APPLIANCE_ROOT, else the current directory or its parents."""
+    env = os.environ.get("PD_APPLIANCE_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path.cwd().resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "site.yml").is_file() and (candidate / "ansible.cfg").is_file():
+            return candidate
+    raise SystemExit(
+        "pd-appliance: no site.yml found here or above; run it from the appliance checkout "
+        "or set PD_APPLIANCE_ROOT."
+    )
+
+
+@dataclass
+class RunSummary:
+    """What a run did, distilled from ansible-runner's job events."""
+
+    status: str = "unknown"
+    rc: int | None = None
+    stages: list[str] = field(default_factory=list)
+    hosts: dict[str, dict[str, int]] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
+    """Build a RunSummary from job events (the dicts ansible-runner writes to job_events/)."""
+    summary = RunSummary()
+    for event in events:
+        kind = event.get("event")
+        data = event.get("event_data", {})
+        if kind == "playbook_on_play_start":
+            name = data.get("play") or data.get("name") or "play"
+            if name not in summary.stages:
+                summary.stages.append(name)
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            res = data.get("res", {})
+            msg = res.get("msg", "")
+            if isinstance(msg, list):
+                msg = "; ".join(map(str, msg))
+            summary.failures.append(f"{data.get('host')}: {data.get('task')}: {msg}".strip())
+        elif kind == "runner_on_unreachable":
+            summary.failures.append(f"{data.get('host')}: unreachable during {data.get('task')}")
+        elif kind == "playbook_on_stats":
+            for key in ("ok", "changed", "failures", "unreachable", "skipped", "rescued", "ignored"):
+                for host, count in (data.get(key) or {}).items():
+                    summary.hosts.setdefault(host, {})[key] = count
+    return summary
+
+
+def read_events(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """Job events of a finished run, in order."""
+    event_files = sorted(
+        run_dir.glob("artifacts/*/job_events/*.json"),
+        key=lambda p: int(p.name.split("-", 1)[0]) if p.name.split("-", 1)[0].isdigit() else 0,
+    )
+    for path in event_files:
+        try:
+            yield json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+
+
+def validation_figures(root: Path) -> list[str]:
+    """One line per validation report on the controller (artifacts/validation/<host>/report.json)."""
+    lines = []
+    for report in sorted((root / "artifacts" / "validation").glob("*/report.json")):
+        try:
+            data = json.loads(report.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        verdict = "PASS" if data.get("passed") else "FAIL"
+        for gate in data.get("gates", []):
+            lines.append(
+                f"  {report.parent.name}: {gate.get('name')}: {gate.get('measured')} "
+                f"(min {gate.get('threshold')}) {'ok' if gate.get('passed') else 'BELOW'}"
+            )
+        lines.append(f"  {report.parent.name}: validation {verdict} ({report})")
+    return lines
+
+
+def render_summary(summary: RunSummary, run_dir: Path, root: Path) -> str:
+    """The one screen a user reads at the end of a run."""
+    width = 72
+    out = ["=" * width, f"pd-appliance run: {summary.status} (rc={summary.rc})", f"artifacts: {run_dir}"]
+    out.append("stages: " + (" -> ".join(summary.stages) if summary.stages else "(none ran)"))
+    if summary.hosts:
+        out.append(f"{'host':<24}{'ok':>6}{'changed':>9}{'failed':>8}{'unreach':>9}{'skipped':>9}")
+        for host, c in sorted(summary.hosts.items()):
+            out.append(
+                f"{host:<24}{c.get('ok', 0):>6}{c.get('changed', 0):>9}{c.get('failures', 0):>8}"
+                f"{c.get('unreachable', 0):>9}{c.get('skipped', 0):>9}"
+            )
+    if summary.failures:
+        out.append("failures:")
+        out += [f"  {f}"[:400] for f in summary.failures[:10]]
+    figures = validation_figures(root)
+    if figures:
+        out.append("validation:")
+        out += figures
+    out.append("=" * width)
+    return "\n".join(out)
+
+
+def new_run_dir(root: Path, command: str) -> Path:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    run_dir = root / "artifacts" / "runs" / f"{stamp}-{command}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir
+
+
+def run_playbook(
+    root: Path,
+    command: str,
+    inventory: str,
+    extra_args: Sequence[str] = (),
+    quiet: bool = False,
+) -> tuple[RunSummary, Path]:
+    """Run one appliance playbook with ansible-runner, recording artifacts under artifacts/runs/."""
+    import ansible_runner  # imported here: the rest of the CLI works without it
+
+    inventory_path = Path(inventory)
+    if not inventory_path.is_absolute():
+        inventory_path = (Path.cwd() / inventory_path).resolve()
+    if not inventory_path.exists():
+        raise SystemExit(f"pd-appliance: inventory {inventory} does not exist (try inventory/rehearsal).")
+    run_dir = new_run_dir(root, command)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    result = ansible_runner.run(
+        private_data_dir=str(run_dir),
+        project_dir=str(root),
+        playbook=str(root / PLAYBOOKS[command]),
+        inventory=str(inventory_path),
+        cmdline=" ".join(_quote(a) for a in extra_args) or None,
+        envvars=env,
+        quiet=quiet,
+        ident="run",
+    )
+    scrub_secrets(run_dir)
+    summary = summarize_events(read_events(run_dir))
+    summary.status, summary.rc = result.status, result.rc
+    return summary, run_dir
+
+
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE)", re.IGNORECASE)
+
+
+def scrub_secrets(run_dir: Path) -> None:
+    """Redact secret-looking environment values that ansible-runner copies into the run's files.
+
+    ansible-runner records the whole process environment (artifacts/<ident>/command, env/envvars);
+    an operator's HF_TOKEN exported in the shell must not end up in a run directory that gets
+    attached to a bug report.
+    """
+    for path in [*run_dir.glob("artifacts/*/command"), *run_dir.glob("env/envvars")]:
+        try:
+            data = json.loads(path.read_text()) if path.name == "command" else None
+        except (OSError, json.JSONDecodeError):
+            continue
+        if data and isinstance(data.get("env"), dict):
+            data["env"] = {k: ("<redacted>" if SECRET_NAME.search(k) else v) for k, v in data["env"].items()}
+            path.write_text(json.dumps(data))
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pd-appliance", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (
+        ("deploy", "run site.yml: preflight, provision, checkpoint, serve, validate"),
+        ("validate", "run the validation stage alone (throughput gates)"),
+        ("status", "show supervisor programs, health and GPU memory (playbooks/day2/status.yml)"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("-i", "--inventory", default="inventory/rehearsal", help="inventory (default: rehearsal)")
+        p.add_argument("--tags", help="only these stages/tags, comma separated")
+        p.add_argument("--limit", help="only these hosts")
+        p.add_argument("-e", "--extra-vars", action="append", default=[], help="extra variables (repeatable)")
+        p.add_argument("--check", action="store_true", help="dry run (ansible --check --diff)")
+        p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    s = sub.add_parser("summary", help="print the summary of a recorded run again")
+    s.add_argument("run_dir", type=Path)
+    return parser
+
+
+def extra_args_from(ns: argparse.Namespace) -> list[str]:
+    args: list[str] = []
+    if ns.tags:
+        args += ["--tags", ns.tags]
+    if ns.limit:
+        args += ["--limit", ns.limit]
+    for ev in ns.extra_vars:
+        args += ["-e", ev]
+    if ns.check:
+        args += ["--check", "--diff"]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    root = project_root()
+    if ns.command == "summary":
+        summary = summarize_events(read_events(ns.run_dir))
+        status_file = ns.run_dir / "artifacts" / "run" / "status"
+        rc_file = ns.run_dir / "artifacts" / "run" / "rc"
+        summary.status = status_file.read_text().strip() if status_file.exists() else "unknown"
+        summary.rc = int(rc_file.read_text()) if rc_file.exists() else None
+        print(render_summary(summary, ns.run_dir, root))
+        return 0 if summary.ok else 1
+    summary, run_dir = run_playbook(root, ns.command, ns.inventory, extra_args_from(ns), quiet=ns.quiet)
+    print(render_summary(summary, run_dir, root))
+    return 0 if summary.ok else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
