@@ -1,0 +1,90 @@
+"""pd-appliance: summaries from job events, secret redaction, and one real ansible-runner run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pd_appliance import cli
+
+
+def events():
+    return [
+        {"event": "playbook_on_play_start", "event_data": {"play": "Preflight - validate"}},
+        {"event": "playbook_on_play_start", "event_data": {"play": "Serve - supervisor"}},
+        {
+            "event": "runner_on_failed",
+            "event_data": {"host": "h1", "task": "Wait for decode", "res": {"msg": ["decode", "not healthy"]}},
+        },
+        {
+            "event": "runner_on_failed",
+            "event_data": {"host": "h1", "task": "ignored", "ignore_errors": True, "res": {"msg": "x"}},
+        },
+        {
+            "event": "playbook_on_stats",
+            "event_data": {"ok": {"h1": 10}, "changed": {"h1": 3}, "failures": {"h1": 1}, "skipped": {"h1": 2}},
+        },
+    ]
+
+
+def test_summary_counts_stages_changes_and_failures():
+    summary = cli.summarize_events(events())
+    assert summary.stages == ["Preflight - validate", "Serve - supervisor"]
+    assert summary.hosts == {"h1": {"ok": 10, "changed": 3, "failures": 1, "skipped": 2}}
+    assert summary.failures == ["h1: Wait for decode: decode; not healthy"]
+
+
+def test_summary_screen_shows_validation_figures(tmp_path: Path):
+    report_dir = tmp_path / "artifacts" / "validation" / "node1"
+    report_dir.mkdir(parents=True)
+    (report_dir / "report.json").write_text(
+        json.dumps(
+            {
+                "passed": False,
+                "gates": [
+                    {"name": "bs1 output tok/s", "measured": 41.0, "threshold": 40.0, "passed": True},
+                    {"name": "c16 output tok/s", "measured": 90.0, "threshold": 100.0, "passed": False},
+                ],
+            }
+        )
+    )
+    summary = cli.summarize_events(events())
+    summary.status, summary.rc = "failed", 2
+    screen = cli.render_summary(summary, tmp_path / "run", tmp_path)
+    assert "stages: Preflight - validate -> Serve - supervisor" in screen
+    assert "c16 output tok/s: 90.0 (min 100.0) BELOW" in screen
+    assert "validation FAIL" in screen
+    assert len(screen.splitlines()) < 40
+
+
+def test_scrub_secrets_redacts_tokens(tmp_path: Path):
+    run = tmp_path / "artifacts" / "run"
+    run.mkdir(parents=True)
+    (run / "command").write_text(json.dumps({"command": ["x"], "env": {"HF_TOKEN": "hf_abc", "PATH": "/bin"}}))
+    cli.scrub_secrets(tmp_path)
+    data = json.loads((run / "command").read_text())
+    assert data["env"] == {"HF_TOKEN": "<redacted>", "PATH": "/bin"}
+
+
+@pytest.mark.slow
+def test_deploy_preflight_records_a_run(repo_root: Path, rehearsal_inventory_copy: Path):
+    binary = Path(sys.executable).parent / "pd-appliance"
+    result = subprocess.run(
+        [str(binary), "deploy", "-i", str(rehearsal_inventory_copy), "--tags", "preflight", "-q"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "pd-appliance run: successful (rc=0)" in result.stdout
+    run_dir = Path(result.stdout.split("artifacts: ", 1)[1].splitlines()[0])
+    assert run_dir.parent == repo_root / "artifacts" / "runs"
+    assert list(run_dir.glob("artifacts/run/job_events/*.json")), "job events were not kept"
+    assert (run_dir / "artifacts" / "run" / "stdout").is_file()
+    assert "Preflight" in result.stdout.split("stages: ", 1)[1]
