@@ -1,0 +1,473 @@
+"""Split-KV, head-batched sparse-MLA decode for SGLang's DeepSeek-V4 paged FP8 cache.
+
+Same contract as SGLang 0.5.23's ``flash_mla_sparse_decode_triton`` (the sm_120 fallback), a
+different schedule:
+
+* every head of a row is one M row of a tensor-core dot, so a KV tile is gathered and
+  dequantized once per program for all of its heads (upstream: once per head);
+* the row's top-k tiles (SWA cache first, then the extra/compressed cache) are split across
+  programs, so a batch of one still spreads over the GPU; a second small launch merges the
+  splits and applies the attention sink. With one split the first launch finishes the row
+  itself, so a call is one or two launches, no host synchronisation, CUDA-graph capturable;
+* it reads SGLang's native pages (any page size, 256 in practice) and takes any head count,
+  so the 64-head padding that upstream's sm_120 decode needs can be dropped.
+
+Cache layout (per page of ``page_size`` tokens; page stride = ``k_cache.stride(0)`` bytes):
+``page_size * 576`` data bytes (per token 448 FP8 e4m3 "nope" values, then 64 BF16 "rope"
+values) followed by ``page_size * 8`` scale bytes (per token 7 UE8M0 exponents, one per 64
+nope values, and one pad byte).
+
+Output convention (that of SGLang's torch reference ``_sm120_sparse_decode_fwd``):
+``out`` [B, S_q, H, 512] bf16 is softmax(q k^T * scale) v with the sink added to the
+denominator; ``lse`` [B, H, S_q] fp32 is the natural-log sum-exp of the valid scores *without*
+the sink; a row with no valid token gives ``out = 0`` and ``lse = -inf``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+NOPE_DIM = 448
+ROPE_DIM = 64
+HEAD_DIM = NOPE_DIM + ROPE_DIM  # 512
+TOKEN_DATA_BYTES = NOPE_DIM + 2 * ROPE_DIM  # 576
+TOKEN_SCALE_BYTES = 8  # 7 UE8M0 exponents + 1 pad
+SCALE_GROUP = 64
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _attend_tile(
+    q,
+    m_i,
+    l_i,
+    acc,
+    tile,
+    row,
+    valid_len,
+    idx_ptr,
+    idx_stride,
+    topk,
+    fp8_ptr,
+    u8_ptr,
+    bf16_ptr,
+    page_size,
+    page_bytes,
+    scale_off,
+    qk_scale_log2,
+    BLOCK_N: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
+    """Gather one tile of BLOCK_N tokens, dequantize it once, and fold it into all heads."""
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, 512)
+    raw = tl.load(idx_ptr + row.to(tl.int64) * idx_stride + offs_n, mask=offs_n < topk, other=-1)
+    valid = (offs_n < valid_len) & (raw >= 0)
+    tok = tl.where(valid, raw, 0).to(tl.int64)
+    page = tok // page_size
+    slot = tok - page * page_size
+    data = page * page_bytes + slot * 576  # byte offset of the token's 576 data bytes
+    # 512 FP8 bytes from the token start: 448 nope values, then 64 rope bytes masked off below.
+    k8 = tl.load(fp8_ptr + (data[:, None] + offs_d[None, :]))
+    exps = tl.load(u8_ptr + (page * page_bytes + scale_off + slot * 8)[:, None] + (offs_d // 64)[None, :])
+    # UE8M0 -> fp32 2**(e - 127) built from its bits (exact; e == 0 gives 0 instead of 2**-127).
+    scale = (exps.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    is_nope = offs_d < 448
+    rope = tl.load(
+        bf16_ptr + ((data // 2 + 224)[:, None] + (offs_d - 448)[None, :]),
+        mask=(offs_d >= 448)[None, :],
+        other=0.0,
+    )
+    k = tl.where(is_nope[None, :], k8.to(tl.float32) * scale, rope.to(tl.float32))
+    k = tl.where(valid[:, None], k, 0.0).to(DOT_DTYPE)
+
+    s = tl.dot(q, tl.trans(k)) * qk_scale_log2  # [BLOCK_H, BLOCK_N], log2 domain
+    s = tl.where(valid[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), k)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _finish_row(out, lse2, sink_ptr, offs_h, h_mask, HAS_SINK: tl.constexpr):
+    """Sink and empty-row rule on a merged row: returns (scaled out, natural-log lse)."""
+    empty = lse2 == float("-inf")
+    if HAS_SINK:
+        sink2 = tl.load(sink_ptr + offs_h, mask=h_mask, other=0.0).to(tl.float32) * 1.4426950408889634
+        # out * e^lse / (e^lse + e^sink), computed without overflow in either order.
+        w = 1.0 / (1.0 + tl.math.exp2(tl.minimum(sink2 - lse2, 126.0)))
+        w = tl.where(lse2 - sink2 > 126.0, 1.0, w)
+        out = out * w[:, None]
+    out = tl.where(empty[:, None], 0.0, out)
+    lse = tl.where(empty, float("-inf"), lse2 * 0.6931471805599453)
+    return out, lse
+
+
+@triton.jit
+def _to_bf16(x, EMULATE_RNE: tl.constexpr):
+    """fp32 -> bf16, round to nearest even. The Triton interpreter truncates instead (twice the
+    error), so there the rounding is done on the bits first and the cast is then exact."""
+    if EMULATE_RNE:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(tl.bfloat16)
+
+
+@triton.jit
+def _lse_ptrs(lse_ptr, row, s_q, H, offs_h):
+    """lse is [B, H, S_q] (upstream's permuted layout): row b * S_q + s, head stride S_q."""
+    batch = row // s_q
+    return lse_ptr + batch * H * s_q + (row - batch * s_q) + offs_h * s_q
+
+
+@triton.jit
+def _split_kernel(
+    q_ptr,
+    q_stride_r,
+    q_stride_h,
+    idx1_ptr,
+    idx1_stride,
+    topk1,
+    len1_ptr,
+    fp8_1,
+    u8_1,
+    bf16_1,
+    page_size1,
+    page_bytes1,
+    scale_off1,
+    idx2_ptr,
+    idx2_stride,
+    topk2,
+    len2_ptr,
+    fp8_2,
+    u8_2,
+    bf16_2,
+    page_size2,
+    page_bytes2,
+    scale_off2,
+    sink_ptr,
+    out_ptr,
+    out_stride_r,
+    out_stride_h,
+    lse_ptr,
+    mid_o_ptr,
+    mid_lse_ptr,
+    H,
+    s_q,
+    num_splits,
+    tiles_per_split,
+    qk_scale_log2,
+    HAS_LEN1: tl.constexpr,
+    HAS_EXTRA: tl.constexpr,
+    HAS_LEN2: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    FINAL: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    EMULATE_RNE: tl.constexpr,
+):
+    """Grid (head blocks, splits, rows): one program folds tiles_per_split tiles into BLOCK_H heads."""
+    hb = tl.program_id(0)
+    split = tl.program_id(1)
+    row = tl.program_id(2)
+    batch = row // s_q
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_mask = offs_h < H
+    offs_d = tl.arange(0, 512)
+    q = tl.load(
+        q_ptr + row.to(tl.int64) * q_stride_r + offs_h[:, None] * q_stride_h + offs_d[None, :],
+        mask=h_mask[:, None],
+        other=0.0,
+    ).to(DOT_DTYPE)
+
+    m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)  # finite: an all-masked tile leaves alpha = 1
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, 512], tl.float32)
+
+    first = split * tiles_per_split
+    last = first + tiles_per_split
+    len1 = topk1
+    if HAS_LEN1:
+        len1 = tl.minimum(tl.load(len1_ptr + batch), topk1)
+    tiles1 = tl.cdiv(tl.maximum(len1, 0), BLOCK_N)
+    for tile in range(first, tl.minimum(last, tiles1)):
+        m_i, l_i, acc = _attend_tile(
+            q, m_i, l_i, acc, tile, row, len1, idx1_ptr, idx1_stride, topk1,
+            fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1, qk_scale_log2,
+            BLOCK_N, DOT_DTYPE,
+        )  # fmt: skip
+    if HAS_EXTRA:
+        base2 = tl.cdiv(topk1, BLOCK_N)  # the extra cache's tiles follow all of the SWA tiles
+        len2 = topk2
+        if HAS_LEN2:
+            len2 = tl.minimum(tl.load(len2_ptr + batch), topk2)
+        tiles2 = tl.cdiv(tl.maximum(len2, 0), BLOCK_N)
+        for tile in range(tl.maximum(first - base2, 0), tl.minimum(last - base2, tiles2)):
+            m_i, l_i, acc = _attend_tile(
+                q, m_i, l_i, acc, tile, row, len2, idx2_ptr, idx2_stride, topk2,
+                fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2, qk_scale_log2,
+                BLOCK_N, DOT_DTYPE,
+            )  # fmt: skip
+
+    has_any = l_i > 0.0
+    out = acc / tl.where(has_any, l_i, 1.0)[:, None]
+    lse2 = tl.where(has_any, m_i + tl.math.log2(tl.where(has_any, l_i, 1.0)), float("-inf"))
+    if FINAL:
+        out, lse = _finish_row(out, lse2, sink_ptr, offs_h, h_mask, HAS_SINK)
+        o_ptrs = out_ptr + row.to(tl.int64) * out_stride_r + offs_h[:, None] * out_stride_h + offs_d[None, :]
+        tl.store(o_ptrs, _to_bf16(out, EMULATE_RNE), mask=h_mask[:, None])
+        tl.store(_lse_ptrs(lse_ptr, row, s_q, H, offs_h), lse, mask=h_mask)
+    else:
+        mid = (row.to(tl.int64) * H + offs_h) * num_splits + split  # [rows, H, splits]
+        tl.store(mid_o_ptr + mid[:, None] * 512 + offs_d[None, :], out, mask=h_mask[:, None])
+        tl.store(mid_lse_ptr + mid, lse2, mask=h_mask)
+
+
+@triton.jit
+def _combine_kernel(
+    mid_o_ptr,
+    mid_lse_ptr,
+    sink_ptr,
+    out_ptr,
+    out_stride_r,
+    out_stride_h,
+    lse_ptr,
+    H,
+    s_q,
+    num_splits,
+    HAS_SINK: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_HC: tl.constexpr,
+    EMULATE_RNE: tl.constexpr,
+):
+    """Grid (head blocks, rows): merge the splits' (out, lse2) pairs, then sink and empty rows."""
+    hb = tl.program_id(0)
+    row = tl.program_id(1)
+    offs_h = hb * BLOCK_HC + tl.arange(0, BLOCK_HC)
+    h_mask = offs_h < H
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, 512)
+    mid = (row.to(tl.int64) * H + offs_h[:, None]) * num_splits + offs_s[None, :]  # [HC, S]
+    sm = h_mask[:, None] & (offs_s < num_splits)[None, :]
+    lse_s = tl.load(mid_lse_ptr + mid, mask=sm, other=float("-inf"))
+    top = tl.max(lse_s, 1)
+    top_safe = tl.where(top == float("-inf"), 0.0, top)
+    w = tl.math.exp2(lse_s - top_safe[:, None])  # 0 for empty splits
+    total = tl.sum(w, 1)
+    out = tl.zeros([BLOCK_HC, 512], tl.float32)
+    for s in range(0, num_splits):
+        w_s = tl.sum(tl.where(offs_s[None, :] == s, w, 0.0), 1)
+        o_s = tl.load(
+            mid_o_ptr + ((row.to(tl.int64) * H + offs_h) * num_splits + s)[:, None] * 512 + offs_d[None, :],
+            mask=h_mask[:, None],
+            other=0.0,
+        )
+        out += w_s[:, None] * o_s
+    out = out / tl.where(total > 0.0, total, 1.0)[:, None]
+    lse2 = tl.where(total > 0.0, top_safe + tl.math.log2(tl.where(total > 0.0, total, 1.0)), float("-inf"))
+    out, lse = _finish_row(out, lse2, sink_ptr, offs_h, h_mask, HAS_SINK)
+    o_ptrs = out_ptr + row.to(tl.int64) * out_stride_r + offs_h[:, None] * out_stride_h + offs_d[None, :]
+    tl.store(o_ptrs, _to_bf16(out, EMULATE_RNE), mask=h_mask[:, None])
+    tl.store(_lse_ptrs(lse_ptr, row, s_q, H, offs_h), lse, mask=h_mask)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tile shape and split count of one call (derived from shapes only, so graph-safe)."""
+
+    block_h: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    num_splits: int
+    tiles_per_split: int
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 8
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SM_COUNT:
+        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SM_COUNT[index]
+
+
+def choose_config(
+    rows: int,
+    num_heads: int,
+    total_tiles: int,
+    sm_count: int,
+    block_n: int = 32,
+    num_warps: int | None = None,
+    num_stages: int = 1,
+    num_splits: int | None = None,
+) -> LaunchConfig:
+    """Heads per program (16..64), then enough splits of the top-k to fill about one wave."""
+    block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
+    head_blocks = triton.cdiv(num_heads, block_h)
+    if num_warps is None:
+        num_warps = 8 if block_h == 64 else 4
+    if num_splits is None:
+        num_splits = max(1, min(total_tiles, sm_count // max(1, rows * head_blocks)))
+    num_splits = max(1, min(num_splits, max(1, total_tiles)))
+    tiles_per_split = triton.cdiv(max(1, total_tiles), num_splits)
+    num_splits = triton.cdiv(max(1, total_tiles), tiles_per_split)
+    return LaunchConfig(block_h, block_n, num_warps, num_stages, num_splits, tiles_per_split)
+
+
+def _cache_views(k_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    """FP8, uint8 and BF16 views of one paged cache, its page size and its page stride in bytes."""
+    if k_cache.ndim != 4 or k_cache.element_size() != 1:
+        raise ValueError(
+            "k_cache must be SGLang's byte view [num_pages, page_size, 1, 584] (uint8 or float8_e4m3fn), "
+            f"got shape {tuple(k_cache.shape)} dtype {k_cache.dtype}"
+        )
+    num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+    page_bytes = k_cache.stride(0)
+    if page_bytes < page_size * (TOKEN_DATA_BYTES + TOKEN_SCALE_BYTES) or page_bytes % 2:
+        raise ValueError(f"page stride {page_bytes} B cannot hold {page_size} tokens of 584 B")
+    flat = k_cache.as_strided((num_pages * page_bytes,), (1,)).view(torch.uint8)
+    return flat.view(torch.float8_e4m3fn), flat, flat.view(torch.bfloat16), page_size, page_bytes
+
+
+def _flat_indices(indices: torch.Tensor, rows: int) -> torch.Tensor:
+    flat = indices.reshape(rows, indices.shape[-1])
+    if flat.dtype != torch.int32:
+        flat = flat.to(torch.int32)
+    if flat.stride(-1) != 1:
+        flat = flat.contiguous()
+    return flat
+
+
+def sparse_mla_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: torch.Tensor | None,
+    attn_sink: torch.Tensor | None,
+    head_dim_v: int,
+    softmax_scale: float | None,
+    extra_k_cache: torch.Tensor | None = None,
+    extra_indices: torch.Tensor | None = None,
+    extra_topk_length: torch.Tensor | None = None,
+    *,
+    config: LaunchConfig | None = None,
+    dot_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MLA decode over SGLang's paged FP8 cache(s); see the module docstring.
+
+    q [B, S_q, H, 512] bf16; indices [B, S_q, topk] int32 (-1 = no token); topk_length [B];
+    attn_sink [H] fp32 (natural log); extra_* the compressed cache with its own indices.
+    Returns (out [B, S_q, H, 512] bf16, lse [B, H, S_q] fp32).
+    """
+    if q.ndim != 4 or q.shape[-1] != HEAD_DIM or q.dtype != torch.bfloat16:
+        raise ValueError(f"q must be [B, S_q, H, 512] bfloat16, got {tuple(q.shape)} {q.dtype}")
+    if head_dim_v != HEAD_DIM:
+        raise ValueError(f"head_dim_v must be {HEAD_DIM} (K = V in this MLA), got {head_dim_v}")
+    batch, s_q, num_heads, _ = q.shape
+    rows = batch * s_q
+    if softmax_scale is None:
+        softmax_scale = HEAD_DIM**-0.5
+    interpret = q.device.type != "cuda"
+    if dot_dtype is None:
+        # The Triton interpreter multiplies bf16 dot operands wrongly; fp16 is exact there.
+        dot_dtype = torch.float16 if interpret else torch.bfloat16
+    dot_tl = {torch.float16: tl.float16, torch.float32: tl.float32}.get(dot_dtype, tl.bfloat16)
+
+    q3 = q.reshape(rows, num_heads, HEAD_DIM)
+    if q3.stride(-1) != 1:
+        q3 = q3.contiguous()
+    fp8_1, u8_1, bf16_1, ps1, pb1 = _cache_views(k_cache)
+    idx1 = _flat_indices(indices, rows)
+    topk1 = idx1.shape[1]
+    has_extra = extra_k_cache is not None and extra_indices is not None
+    if has_extra:
+        fp8_2, u8_2, bf16_2, ps2, pb2 = _cache_views(extra_k_cache)
+        idx2 = _flat_indices(extra_indices, rows)
+        topk2 = idx2.shape[1]
+    else:
+        fp8_2, u8_2, bf16_2, ps2, pb2, idx2, topk2 = fp8_1, u8_1, bf16_1, ps1, pb1, idx1, 0
+
+    sm_count = _sm_count(q.device)
+    block_n = config.block_n if config is not None else 32
+    total_tiles = triton.cdiv(topk1, block_n) + (triton.cdiv(topk2, block_n) if has_extra else 0)
+    if config is None:
+        config = choose_config(rows, num_heads, total_tiles, sm_count)
+    out = torch.empty(batch, s_q, num_heads, HEAD_DIM, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(batch, num_heads, s_q, dtype=torch.float32, device=q.device)
+    out3 = out.view(rows, num_heads, HEAD_DIM)
+    final = config.num_splits == 1
+    if final:
+        mid_o = mid_lse = lse
+    else:
+        mid_o = torch.empty(rows, num_heads, config.num_splits, HEAD_DIM, dtype=torch.float32, device=q.device)
+        mid_lse = torch.empty(rows, num_heads, config.num_splits, dtype=torch.float32, device=q.device)
+    dummy_i32 = idx1
+    sink = attn_sink if attn_sink is not None else lse
+    grid = (triton.cdiv(num_heads, config.block_h), config.num_splits, rows)
+    kwargs = {} if interpret else {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    _split_kernel[grid](
+        q3, q3.stride(0), q3.stride(1),
+        idx1, idx1.stride(0), topk1, topk_length if topk_length is not None else dummy_i32,
+        fp8_1, u8_1, bf16_1, ps1, pb1, ps1 * TOKEN_DATA_BYTES,
+        idx2, idx2.stride(0), topk2,
+        extra_topk_length if (has_extra and extra_topk_length is not None) else dummy_i32,
+        fp8_2, u8_2, bf16_2, ps2, pb2, ps2 * TOKEN_DATA_BYTES,
+        sink, out3, out3.stride(0), out3.stride(1),
+        lse, mid_o, mid_lse,
+        num_heads, s_q, config.num_splits, config.tiles_per_split, softmax_scale * LOG2E,
+        HAS_LEN1=topk_length is not None,
+        HAS_EXTRA=has_extra,
+        HAS_LEN2=has_extra and extra_topk_length is not None,
+        HAS_SINK=attn_sink is not None,
+        FINAL=final,
+        BLOCK_H=config.block_h,
+        BLOCK_N=config.block_n,
+        DOT_DTYPE=dot_tl,
+        EMULATE_RNE=interpret,
+        **kwargs,
+    )  # fmt: skip
+    if not final:
+        block_hc = min(16, triton.next_power_of_2(num_heads))
+        _combine_kernel[(triton.cdiv(num_heads, block_hc), rows)](
+            mid_o, mid_lse, sink, out3, out3.stride(0), out3.stride(1),
+            lse, num_heads, s_q, config.num_splits,
+            HAS_SINK=attn_sink is not None,
+            BLOCK_S=triton.next_power_of_2(config.num_splits),
+            BLOCK_HC=block_hc,
+            EMULATE_RNE=interpret,
+            **({} if interpret else {"num_warps": 4}),
+        )  # fmt: skip
+    return out, lse
+
+
+def floor_bytes_flops(
+    rows: int, num_heads: int, tokens_per_row: int, index_bytes_per_row: int = 0
+) -> tuple[int, int]:
+    """Fewest bytes one call must move and the FLOPs of its two dots (for benchmark floors)."""
+    kv = rows * tokens_per_row * (TOKEN_DATA_BYTES + 7)
+    qo = rows * num_heads * (2 * HEAD_DIM * 2 + 4)
+    flops = rows * num_heads * tokens_per_row * HEAD_DIM * 4
+    return kv + qo + rows * index_bytes_per_row, flops
+
+
+__all__ = [
+    "HEAD_DIM",
+    "LaunchConfig",
+    "choose_config",
+    "floor_bytes_flops",
+    "sparse_mla_decode",
+]
