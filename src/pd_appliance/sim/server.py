@@ -1,0 +1,528 @@
+"""The simulator's HTTP server: SGLang's worker endpoints that smg PD mode and validation use.
+
+Timing model: a prefill costs `ttft_s`, every output token `tpot_s`. In PD mode the prefill-role
+instance spends the TTFT and then releases the bootstrap room; the decode-role instance waits for
+that room (through the prefill's bootstrap port, as SGLang's decode waits for the KV transfer)
+and then streams the tokens. Output text is decided by pd_appliance.sim.text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from pd_appliance import __version__
+from pd_appliance.sim import SIMULATOR_BANNER, SIMULATOR_HEADER, SIMULATOR_NAME
+from pd_appliance.sim.bootstrap import BootstrapRooms, RendezvousError, rendezvous
+from pd_appliance.sim.text import CannedCompletions, Completion, complete, count_prompt_tokens
+
+UNGUARDED_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
+ROLES = ("null", "prefill", "decode")
+
+
+@dataclass
+class SimConfig:
+    """Everything the simulator is told; SGLang's flag names where one exists."""
+
+    role: str = "null"
+    host: str = "127.0.0.1"
+    port: int = 30000
+    bootstrap_port: int = 8998
+    model_path: str = "simulated-model"
+    served_model_name: str | None = None
+    tp_size: int = 1
+    api_key: str | None = None
+    context_length: int = 65536
+    max_running_requests: int = 256
+    enable_metrics: bool = True
+    ttft_s: float = 0.05
+    tpot_s: float = 0.002
+    startup_delay_s: float = 0.0
+    rendezvous_timeout_s: float = 30.0
+    profile_dir: str | None = None
+    canned: CannedCompletions = field(default_factory=CannedCompletions)
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model_path
+
+
+class BadRequest(ValueError):
+    """A request the simulator (like SGLang) rejects with 400."""
+
+
+@dataclass
+class _Stats:
+    running: int = 0
+    requests_total: int = 0
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    started: float = field(default_factory=time.monotonic)
+    profiling: float | None = None
+
+
+def _error(status: int, message: str) -> web.Response:
+    kind = {400: "BadRequestError", 401: "AuthenticationError", 503: "ServiceUnavailable"}.get(
+        status, "Error"
+    )
+    return web.json_response(
+        {"object": "error", "message": message, "type": kind, "code": status}, status=status
+    )
+
+
+class SimWorker:
+    """One simulated SGLang worker (prefill, decode or plain)."""
+
+    def __init__(self, config: SimConfig) -> None:
+        if config.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {config.role!r}")
+        self.config = config
+        self.rooms = BootstrapRooms(config.rendezvous_timeout_s)
+        self.stats = _Stats()
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
+        r = app.router
+        r.add_get("/health", self.health)
+        r.add_get("/ready", self.health)
+        r.add_get("/health_generate", self.health_generate)
+        for path in ("/server_info", "/get_server_info"):
+            r.add_get(path, self.server_info)
+        for path in ("/model_info", "/get_model_info"):
+            r.add_get(path, self.model_info)
+        r.add_get("/v1/models", self.models)
+        r.add_post("/generate", self.generate)
+        r.add_post("/v1/completions", self.completions)
+        r.add_post("/v1/chat/completions", self.chat_completions)
+        r.add_route("*", "/flush_cache", self.flush_cache)
+        r.add_get("/metrics", self.metrics)
+        r.add_post("/start_profile", self.start_profile)
+        r.add_post("/stop_profile", self.stop_profile)
+        return app
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        guarded = self.config.api_key and request.path not in UNGUARDED_PATHS
+        if guarded and request.headers.get("Authorization", "") != f"Bearer {self.config.api_key}":
+            response: web.StreamResponse = _error(401, "missing or wrong Bearer API key")
+            self._stamp(response)
+            return response
+        try:
+            response = await handler(request)
+        except BadRequest as exc:
+            response = _error(400, str(exc))
+        except RendezvousError as exc:
+            response = _error(502, f"decode could not pair with prefill: {exc}")
+        self._stamp(response)
+        return response
+
+    def _stamp(self, response: web.StreamResponse) -> None:
+        if not response.prepared:
+            response.headers[SIMULATOR_HEADER] = f"{SIMULATOR_BANNER}; role={self.config.role}"
+            response.headers["Server"] = SIMULATOR_BANNER
+
+    def _headers(self) -> dict[str, str]:
+        return {SIMULATOR_HEADER: f"{SIMULATOR_BANNER}; role={self.config.role}", "Server": SIMULATOR_BANNER}
+
+    def _loading(self) -> bool:
+        return time.monotonic() - self.stats.started < self.config.startup_delay_s
+
+    # ---- informational endpoints ----------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        if self._loading():
+            return web.Response(status=503, text="loading (simulated startup delay)")
+        return web.Response(status=200, text="")
+
+    async def health_generate(self, request: web.Request) -> web.Response:
+        if self._loading():
+            return web.Response(status=503, text="loading (simulated startup delay)")
+        await asyncio.sleep(self.config.ttft_s + self.config.tpot_s)
+        return web.Response(status=200, text="")
+
+    def _server_info(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "simulator": True,
+            "engine": SIMULATOR_NAME,
+            "engine_banner": SIMULATOR_BANNER,
+            "version": f"{SIMULATOR_NAME}-{__version__}",
+            "model_path": c.model_path,
+            "tokenizer_path": c.model_path,
+            "served_model_name": c.model_name,
+            "tp_size": c.tp_size,
+            "dp_size": 1,
+            "disaggregation_mode": c.role,
+            "disaggregation_bootstrap_port": c.bootstrap_port,
+            "disaggregation_transfer_backend": "simulated",
+            "max_running_requests": c.max_running_requests,
+            "context_length": c.context_length,
+            "enable_metrics": c.enable_metrics,
+            "sim_ttft_ms": c.ttft_s * 1000,
+            "sim_tpot_ms": c.tpot_s * 1000,
+            "sim_canned_prefixes": [prefix for prefix, _ in c.canned.entries],
+            "internal_states": [
+                {"simulator": True, "last_gen_throughput": 0.0, "avg_spec_accept_length": None}
+            ],
+        }
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        return web.json_response(self._server_info())
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        c = self.config
+        return web.json_response(
+            {
+                "simulator": True,
+                "model_path": c.model_path,
+                "tokenizer_path": c.model_path,
+                "served_model_name": c.model_name,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "simulated",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": "simulated",
+                "architectures": ["Simulated"],
+            }
+        )
+
+    async def models(self, request: web.Request) -> web.Response:
+        c = self.config
+        card = {
+            "id": c.model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "sglang",
+            "root": c.model_path,
+            "max_model_len": c.context_length,
+        }
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        return web.Response(text="Cache flushed (simulated).\n")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        if not self.config.enable_metrics:
+            return web.Response(status=404, text="metrics disabled (--enable-metrics not given)\n")
+        labels = f'model_name="{self.config.model_name}",simulated="true"'
+        s = self.stats
+        lines = [
+            "# HELP pd_sim_worker_info The answering worker is pd-sim-worker, a simulator.",
+            "# TYPE pd_sim_worker_info gauge",
+            f'pd_sim_worker_info{{role="{self.config.role}",version="{__version__}"}} 1',
+            "# TYPE sglang:num_running_reqs gauge",
+            f"sglang:num_running_reqs{{{labels}}} {s.running}",
+            "# TYPE sglang:num_queue_reqs gauge",
+            f"sglang:num_queue_reqs{{{labels}}} 0",
+            "# TYPE sglang:prompt_tokens_total counter",
+            f"sglang:prompt_tokens_total{{{labels}}} {s.prompt_tokens_total}",
+            "# TYPE sglang:generation_tokens_total counter",
+            f"sglang:generation_tokens_total{{{labels}}} {s.generation_tokens_total}",
+            "# TYPE sglang:num_requests_total counter",
+            f"sglang:num_requests_total{{{labels}}} {s.requests_total}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    # ---- profiling (SGLang's /start_profile, /stop_profile) -------------------------------
+    async def start_profile(self, request: web.Request) -> web.Response:
+        self.stats.profiling = time.time()
+        return web.Response(text="Start profiling (simulated: no GPU kernels exist here).\n")
+
+    async def stop_profile(self, request: web.Request) -> web.Response:
+        if self.stats.profiling is None:
+            raise BadRequest("profiling was not started (POST /start_profile first)")
+        started, self.stats.profiling = self.stats.profiling, None
+        out = (
+            Path(self.config.profile_dir or ".")
+            / f"simulated-{self.config.role}-{int(started)}.trace.json.gz"
+        )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        events = [
+            {"ph": "X", "cat": "kernel", "name": name, "ts": i * 10.0, "dur": dur, "pid": 0, "tid": 0}
+            for i, (name, dur) in enumerate(
+                [("simulated_sparse_decode_kernel", 630.0), ("simulated_moe_gemv", 250.0)] * 4
+                + [("simulated_rmsnorm", 20.0)]
+            )
+        ]
+        payload = {"simulated": True, "engine": SIMULATOR_NAME, "traceEvents": events}
+        out.write_bytes(gzip.compress(json.dumps(payload).encode()))
+        return web.Response(text=f"Stop profiling. Simulated trace written to {out}\n")
+
+    # ---- generation -----------------------------------------------------------------------
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadRequest(f"request body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        return body
+
+    async def _run(
+        self, body: dict[str, Any], prompt: str, prompt_tokens: int, max_tokens: int
+    ) -> Completion:
+        """Spend the simulated prefill (and the PD rendezvous); return the output to pace."""
+        ignore_eos = bool(body.get("ignore_eos") or (body.get("sampling_params") or {}).get("ignore_eos"))
+        role = self.config.role
+        rooms = _as_list(body.get("bootstrap_room"))
+        if role == "prefill":
+            await asyncio.sleep(self.config.ttft_s)
+            for room in rooms:
+                self.rooms.mark_ready(int(room), prompt_tokens)
+            max_tokens = min(max_tokens, 1)  # prefill emits one token; decode streams the rest
+        elif role == "decode":
+            if not rooms:
+                raise BadRequest(
+                    "this is a decode-role worker: a request needs bootstrap_host, bootstrap_port and "
+                    "bootstrap_room (send it through the router)"
+                )
+            hosts = _as_list(body.get("bootstrap_host"))
+            ports = _as_list(body.get("bootstrap_port"))
+            for i, room in enumerate(rooms):
+                host = str(hosts[min(i, len(hosts) - 1)]) if hosts else "127.0.0.1"
+                port = ports[min(i, len(ports) - 1)] if ports else None
+                port = int(port) if port is not None else self.config.bootstrap_port
+                await rendezvous(host, port, int(room), self.config.rendezvous_timeout_s)
+        else:
+            await asyncio.sleep(self.config.ttft_s)
+        return complete(prompt, max_tokens, self.config.canned, ignore_eos)
+
+    async def _paced(self, tokens: tuple[str, ...]) -> AsyncIterator[str]:
+        for i, token in enumerate(tokens):
+            if i:
+                await asyncio.sleep(self.config.tpot_s)
+            yield token
+
+    def _account(self, prompt_tokens: int, output_tokens: int) -> None:
+        self.stats.requests_total += 1
+        self.stats.prompt_tokens_total += prompt_tokens
+        self.stats.generation_tokens_total += output_tokens
+
+    async def _sse(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **self._headers()}
+        )
+        await response.prepare(request)
+        return response
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        """SGLang's native POST /generate (text or input_ids; sampling_params.max_new_tokens)."""
+        body = await self._body(request)
+        if isinstance(body.get("text"), list) or (
+            isinstance(body.get("input_ids"), list)
+            and body["input_ids"]
+            and isinstance(body["input_ids"][0], list)
+        ):
+            raise BadRequest("batched /generate is not simulated; send one prompt per request")
+        if "text" in body:
+            prompt = str(body["text"])
+            prompt_tokens = count_prompt_tokens(prompt)
+        elif isinstance(body.get("input_ids"), list):
+            prompt = " ".join(str(t) for t in body["input_ids"])
+            prompt_tokens = max(1, len(body["input_ids"]))
+        else:
+            raise BadRequest("/generate needs 'text' or 'input_ids'")
+        params = body.get("sampling_params") or {}
+        max_tokens = _int(params.get("max_new_tokens", 128), "sampling_params.max_new_tokens")
+        rid = str(body.get("rid") or uuid.uuid4().hex)
+        self.stats.running += 1
+        try:
+            started = time.monotonic()
+            result = await self._run(body, prompt, prompt_tokens, max_tokens)
+
+            def meta(done: int, final: bool) -> dict[str, Any]:
+                info: dict[str, Any] = {
+                    "id": rid,
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": done,
+                    "cached_tokens": 0,
+                    "finish_reason": {"type": result.finish_reason} if final else None,
+                    "e2e_latency": time.monotonic() - started,
+                    "simulated": True,
+                }
+                if final and result.finish_reason == "length":
+                    info["finish_reason"]["length"] = done
+                return info
+
+            if not body.get("stream"):
+                async for _ in self._paced(result.tokens):
+                    pass
+                self._account(prompt_tokens, len(result.tokens))
+                text = "".join(result.tokens)
+                return web.json_response(
+                    {
+                        "text": text,
+                        "output_ids": list(range(len(result.tokens))),
+                        "meta_info": meta(len(result.tokens), True),
+                    }
+                )
+            response = await self._sse(request)
+            text, done = "", 0
+            async for token in self._paced(result.tokens):
+                text += token
+                done += 1
+                final = done == len(result.tokens)
+                chunk = {
+                    "text": text,
+                    "output_ids": list(range(done)),
+                    "meta_info": meta(done, final),
+                    "index": 0,
+                }
+                await response.write(_event(chunk))
+            if not result.tokens:
+                await response.write(
+                    _event({"text": "", "output_ids": [], "meta_info": meta(0, True), "index": 0})
+                )
+            await response.write(b"data: [DONE]\n\n")
+            self._account(prompt_tokens, done)
+            await response.write_eof()
+            return response
+        finally:
+            self.stats.running -= 1
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list):
+            if len(prompt) != 1:
+                raise BadRequest("a list prompt with more than one entry is not simulated")
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise BadRequest("/v1/completions needs a string 'prompt'")
+        return await self._openai(request, body, prompt, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("/v1/chat/completions needs a non-empty 'messages' list")
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+        last = users[-1] if users else messages[-1]
+        content = last.get("content", "") if isinstance(last, dict) else ""
+        if isinstance(content, list):  # content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return await self._openai(request, body, str(content), chat=True)
+
+    async def _openai(
+        self, request: web.Request, body: dict[str, Any], prompt: str, chat: bool
+    ) -> web.StreamResponse:
+        limit = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_new_tokens")
+        max_tokens = _int(limit if limit is not None else (128 if chat else 16), "max_tokens")
+        prompt_tokens = count_prompt_tokens(prompt)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        kind = "chat.completion" if chat else "text_completion"
+        model = str(body.get("model") or self.config.model_name)
+        self.stats.running += 1
+        try:
+            result = await self._run(body, prompt, prompt_tokens, max_tokens)
+
+            def usage(done: int) -> dict[str, int]:
+                return {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": done,
+                    "total_tokens": prompt_tokens + done,
+                }
+
+            if not body.get("stream"):
+                async for _ in self._paced(result.tokens):
+                    pass
+                self._account(prompt_tokens, len(result.tokens))
+                text = "".join(result.tokens)
+                choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason, "logprobs": None}
+                if chat:
+                    choice["message"] = {"role": "assistant", "content": text}
+                else:
+                    choice["text"] = text
+                return web.json_response(
+                    {"id": rid, "object": kind, "created": created, "model": model, "choices": [choice],
+                     "usage": usage(len(result.tokens)), "simulated": True}
+                )  # fmt: skip
+            response = await self._sse(request)
+            chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+
+            def chunk(piece: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
+                ch: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+                if chat:
+                    ch["delta"] = (
+                        {"role": "assistant", "content": piece or ""} if first else {"content": piece}
+                    )
+                    if finish and piece is None:
+                        ch["delta"] = {}
+                else:
+                    ch["text"] = piece or ""
+                return {"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [ch]}
+
+            if chat:
+                await response.write(_event(chunk("", None, first=True)))
+            done = 0
+            async for token in self._paced(result.tokens):
+                done += 1
+                await response.write(_event(chunk(token, None)))
+            await response.write(_event(chunk(None, result.finish_reason)))
+            options = body.get("stream_options") or {}
+            if options.get("include_usage"):
+                await response.write(
+                    _event({"id": rid, "object": chunk_kind, "created": created, "model": model,
+                            "choices": [], "usage": usage(done)})
+                )  # fmt: skip
+            await response.write(b"data: [DONE]\n\n")
+            self._account(prompt_tokens, done)
+            await response.write_eof()
+            return response
+        finally:
+            self.stats.running -= 1
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _int(value: Any, name: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"{name} must be an integer, got {value!r}") from exc
+    if number < 0:
+        raise BadRequest(f"{name} must be >= 0, got {number}")
+    return number
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def serve(
+    config: SimConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
+) -> None:
+    """Run the HTTP server (and, for the prefill role, the bootstrap listener) until `stop` is set."""
+    worker = SimWorker(config)
+    runner = web.AppRunner(worker.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    await site.start()
+    bootstrap = None
+    if config.role == "prefill":
+        bootstrap = await asyncio.start_server(
+            worker.rooms.handle_connection, config.host, config.bootstrap_port
+        )
+    if ready is not None:
+        ready.set()
+    try:
+        await (stop.wait() if stop is not None else asyncio.Event().wait())
+    finally:
+        if bootstrap is not None:
+            bootstrap.close()
+        await runner.cleanup()
