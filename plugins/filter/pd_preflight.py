@@ -14,7 +14,9 @@ except ImportError:  # pragma: no cover - depends on how ansible-playbook was in
 from pd_appliance import preflight
 
 
-def pd_preflight_topology_errors(variables: dict[str, Any], host: str, roles: list[str], gpu_count: Any) -> list[str]:
+def pd_preflight_topology_errors(
+    variables: dict[str, Any], host: str, roles: list[str], gpu_count: Any
+) -> list[str]:
     count = None if gpu_count in (None, "") else int(gpu_count)
     return preflight.topology_errors(host, roles, count, variables)
 
@@ -29,7 +31,9 @@ def pd_preflight_disk_errors(
     return preflight.disk_errors(host, path, mounts, int(needed), int(present or 0))
 
 
-def pd_preflight_os_errors(supported: dict[str, list[str]], host: str, distribution: str, version: str) -> list[str]:
+def pd_preflight_os_errors(
+    supported: dict[str, list[str]], host: str, distribution: str, version: str
+) -> list[str]:
     return preflight.os_errors(host, distribution, version, supported)
 
 

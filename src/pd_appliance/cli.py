@@ -216,7 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("status", "show supervisor programs, health and GPU memory (playbooks/day2/status.yml)"),
     ):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("-i", "--inventory", default="inventory/rehearsal", help="inventory (default: rehearsal)")
+        p.add_argument(
+            "-i", "--inventory", default="inventory/rehearsal", help="inventory (default: rehearsal)"
+        )
         p.add_argument("--tags", help="only these stages/tags, comma separated")
         p.add_argument("--limit", help="only these hosts")
         p.add_argument("-e", "--extra-vars", action="append", default=[], help="extra variables (repeatable)")

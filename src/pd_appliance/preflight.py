@@ -154,7 +154,8 @@ def disk_errors(
     available = int(mount.get("size_available", 0))
     if available < missing:
         return [
-            f"{host}: {mount['mount']} has {_gib(available)} free, but the checkpoint needs {_gib(missing)} more "
+            f"{host}: {mount['mount']} has {_gib(available)} free, but the checkpoint needs "
+            f"{_gib(missing)} more "
             f"(checkpoint_size_bytes={needed_bytes}, {_gib(present_bytes)} already in {path}). Free space, "
             f"or point appliance_model_dir at a larger filesystem."
         ]
@@ -165,7 +166,9 @@ def _gib(n: int | float) -> str:
     return f"{float(n) / 2**30:.1f} GiB"
 
 
-def os_errors(host: str, distribution: str, version: str, supported: Mapping[str, Sequence[str]]) -> list[str]:
+def os_errors(
+    host: str, distribution: str, version: str, supported: Mapping[str, Sequence[str]]
+) -> list[str]:
     """Only the distributions the driver role knows how to provision are accepted."""
     versions = [str(v) for v in supported.get(distribution, [])]
     if str(version) in versions:

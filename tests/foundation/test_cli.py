@@ -18,7 +18,11 @@ def events():
         {"event": "playbook_on_play_start", "event_data": {"play": "Serve - supervisor"}},
         {
             "event": "runner_on_failed",
-            "event_data": {"host": "h1", "task": "Wait for decode", "res": {"msg": ["decode", "not healthy"]}},
+            "event_data": {
+                "host": "h1",
+                "task": "Wait for decode",
+                "res": {"msg": ["decode", "not healthy"]},
+            },
         },
         {
             "event": "runner_on_failed",
@@ -26,7 +30,12 @@ def events():
         },
         {
             "event": "playbook_on_stats",
-            "event_data": {"ok": {"h1": 10}, "changed": {"h1": 3}, "failures": {"h1": 1}, "skipped": {"h1": 2}},
+            "event_data": {
+                "ok": {"h1": 10},
+                "changed": {"h1": 3},
+                "failures": {"h1": 1},
+                "skipped": {"h1": 2},
+            },
         },
     ]
 
@@ -64,7 +73,9 @@ def test_summary_screen_shows_validation_figures(tmp_path: Path):
 def test_scrub_secrets_redacts_tokens(tmp_path: Path):
     run = tmp_path / "artifacts" / "run"
     run.mkdir(parents=True)
-    (run / "command").write_text(json.dumps({"command": ["x"], "env": {"HF_TOKEN": "hf_abc", "PATH": "/bin"}}))
+    (run / "command").write_text(
+        json.dumps({"command": ["x"], "env": {"HF_TOKEN": "hf_abc", "PATH": "/bin"}})
+    )
     cli.scrub_secrets(tmp_path)
     data = json.loads((run / "command").read_text())
     assert data["env"] == {"HF_TOKEN": "<redacted>", "PATH": "/bin"}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import run_playbook
 
 pytestmark = pytest.mark.slow

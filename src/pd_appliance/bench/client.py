@@ -1,0 +1,290 @@
+"""The asyncio streaming client: probe, warm-up and closed-loop measured phases.
+
+One aiohttp session per phase with a connection pool as wide as the concurrency, SSE parsed
+line by line, a timestamp taken as each line arrives. The hot loop does one json.loads per
+chunk and nothing else, so the client stays far from being the bottleneck (see
+benchmarks/bench_client_overhead.py for the measured ceiling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from pd_appliance.bench.metrics import PhaseMetrics, RequestRecord, compute_phase
+from pd_appliance.bench.workload import API_PATHS, Workload
+
+# Read buffer for the stream: a chunk line is a few hundred bytes; 1 MiB avoids
+# "line too long" on servers that send large usage/meta payloads.
+_READ_BUFSIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to reach the OpenAI-compatible server."""
+
+    base_url: str
+    model: str
+    api_key: str = ""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def url(self, api: str) -> str:
+        return self.base_url.rstrip("/") + API_PATHS[api]
+
+
+def build_payload(api: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
+    """The request body: greedy, streamed, with the usage report so tokens are counted exactly."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if ignore_eos:
+        payload["ignore_eos"] = True
+    if api == "chat":
+        payload["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        payload["prompt"] = prompt
+    return payload
+
+
+def _chunk_text(data: dict[str, Any]) -> str:
+    choices = data.get("choices") or []
+    if not choices:
+        return ""
+    choice = choices[0]
+    if "text" in choice:
+        return choice.get("text") or ""
+    delta = choice.get("delta") or {}
+    # Reasoning models stream their thinking in reasoning_content: it is generated output too.
+    return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+
+
+def _apply_line(record: RequestRecord, line: bytes, now: float, texts: list[str]) -> bool:
+    """Fold one SSE line into `record`; returns True on `data: [DONE]`."""
+    line = line.strip()
+    if not line.startswith(b"data:"):
+        return False  # blank separators, ": keep-alive" comments, event: lines
+    body = line[5:].strip()
+    if body == b"[DONE]":
+        return True
+    data = json.loads(body)
+    if "error" in data and not data.get("choices"):
+        error = data["error"]
+        record.error = "server error: " + (
+            error.get("message", str(error)) if isinstance(error, dict) else str(error)
+        )
+        return True
+    text = _chunk_text(data)
+    if text:
+        record.chunk_times.append(now)
+        texts.append(text)
+    usage = data.get("usage") or {}
+    if usage.get("completion_tokens") is not None:
+        record.output_tokens = int(usage["completion_tokens"])
+        record.token_count_source = "usage"
+    return False
+
+
+async def _stream(
+    session: aiohttp.ClientSession, url: str, payload: dict[str, Any], record: RequestRecord
+) -> None:
+    texts: list[str] = []
+    done = False
+    async with session.post(url, json=payload) as response:
+        if response.status != 200:
+            body = (await response.text())[:300]
+            record.error = f"HTTP {response.status}: {body}"
+            return
+        async for line in response.content:
+            now = time.perf_counter()
+            record.end = now
+            if _apply_line(record, line, now, texts):
+                done = True
+                break
+    record.text = "".join(texts)
+    if record.error:
+        return
+    if record.token_count_source != "usage":
+        record.output_tokens = len(record.chunk_times)
+    if not done:
+        record.error = "stream ended before 'data: [DONE]'"
+    elif not record.chunk_times:
+        record.error = "stream carried no generated text"
+
+
+async def stream_request(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: dict[str, Any],
+    timeout_s: float,
+    expected_tokens: int | None = None,
+) -> RequestRecord:
+    """Send one streamed request and time it; every failure (timeout included) becomes `error`."""
+    record = RequestRecord(start=time.perf_counter())
+    try:
+        await asyncio.wait_for(_stream(session, url, payload, record), timeout_s)
+    except asyncio.TimeoutError:
+        record.error = f"timeout: no complete answer within {timeout_s:g} s"
+    except (aiohttp.ClientError, OSError) as exc:
+        record.error = f"{type(exc).__name__}: {exc}"
+    except (ValueError, KeyError, TypeError) as exc:
+        record.error = f"malformed stream: {type(exc).__name__}: {exc}"
+    if not record.end or record.end < record.start:
+        record.end = time.perf_counter()
+    if (
+        not record.error
+        and expected_tokens is not None
+        and record.token_count_source == "usage"
+        and record.output_tokens != expected_tokens
+    ):
+        record.error = (
+            f"expected {expected_tokens} output tokens, got {record.output_tokens} "
+            "(does the server honour ignore_eos?)"
+        )
+    return record
+
+
+def _session(concurrency: int, headers: dict[str, str]) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=max(concurrency, 1), limit_per_host=max(concurrency, 1))
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers=headers,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        read_bufsize=_READ_BUFSIZE,
+    )
+
+
+async def _closed_loop(
+    session: aiohttp.ClientSession,
+    url: str,
+    payloads: Sequence[dict[str, Any]],
+    concurrency: int,
+    timeout_s: float,
+    expected_tokens: int,
+) -> tuple[list[RequestRecord], float]:
+    """Run `payloads` with at most `concurrency` in flight; returns records and wall seconds."""
+    records: list[RequestRecord | None] = [None] * len(payloads)
+    next_index = 0
+
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < len(payloads):
+            index = next_index
+            next_index += 1
+            records[index] = await stream_request(session, url, payloads[index], timeout_s, expected_tokens)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(payloads)))))
+    wall = time.perf_counter() - start
+    return [r for r in records if r is not None], wall
+
+
+async def run_phase(
+    endpoint: Endpoint, workload: Workload, prompts: Sequence[str], warmup_prompts: Sequence[str]
+) -> tuple[PhaseMetrics, list[RequestRecord]]:
+    """Warm up (not counted), then measure `workload` and return its figures and raw records."""
+    if len(prompts) != workload.num_requests:
+        raise ValueError(f"{len(prompts)} prompts for {workload.num_requests} requests")
+    url = endpoint.url(workload.api)
+
+    def payloads(texts: Sequence[str]) -> list[dict[str, Any]]:
+        return [build_payload(workload.api, endpoint.model, t, workload.output_len, True) for t in texts]
+
+    async with _session(workload.concurrency, endpoint.headers) as session:
+        if warmup_prompts:
+            await _closed_loop(
+                session,
+                url,
+                payloads(warmup_prompts),
+                workload.concurrency,
+                workload.request_timeout_s,
+                workload.output_len,
+            )
+        records, wall = await _closed_loop(
+            session,
+            url,
+            payloads(prompts),
+            workload.concurrency,
+            workload.request_timeout_s,
+            workload.output_len,
+        )
+    return compute_phase(records, workload.concurrency, wall), records
+
+
+async def probe(
+    endpoint: Endpoint,
+    prompt: str,
+    expect: str,
+    api: str = "completions",
+    max_tokens: int = 16,
+    timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """Greedy-decode `prompt` and check that `expect` appears in the answer (case-insensitive).
+
+    A server that is fast but wrong (bad kernel, wrong checkpoint, broken KV transfer) fails here
+    before any timing, so it can never pass the gates.
+    """
+    payload = build_payload(api, endpoint.model, prompt, max_tokens, ignore_eos=False)
+    async with _session(1, endpoint.headers) as session:
+        record = await stream_request(session, endpoint.url(api), payload, timeout_s)
+    passed = not record.error and expect.lower() in record.text.lower()
+    return {
+        "passed": passed,
+        "api": api,
+        "prompt": prompt,
+        "expected": expect,
+        "answer": record.text,
+        "error": record.error,
+        "latency_s": round(record.latency, 4),
+    }
+
+
+async def wait_ready(endpoint: Endpoint, timeout_s: float, interval_s: float = 2.0) -> dict[str, Any]:
+    """Poll the router's /readiness (smg: 200 once a prefill and a decode worker are healthy).
+
+    A server without /readiness (404) is asked /health instead. Returns what was seen; the
+    caller decides whether not being ready is fatal (the probe will fail anyway).
+    """
+    deadline = time.monotonic() + timeout_s
+    last = "not tried"
+    paths = ["/readiness", "/health"]
+    async with _session(1, endpoint.headers) as session:
+        while True:
+            for path in list(paths):
+                try:
+                    async with session.get(endpoint.base_url.rstrip("/") + path) as response:
+                        if response.status == 200:
+                            return {"ready": True, "path": path, "last": f"{path}: 200"}
+                        if response.status == 404 and path == "/readiness":
+                            paths.remove(path)
+                        last = f"{path}: HTTP {response.status}"
+                except (aiohttp.ClientError, OSError) as exc:
+                    last = f"{path}: {type(exc).__name__}: {exc}"
+                break
+            if time.monotonic() >= deadline:
+                return {"ready": False, "path": None, "last": last}
+            await asyncio.sleep(interval_s)
+
+
+async def discover_model(endpoint: Endpoint) -> str:
+    """The first model id of /v1/models, for when the caller names none."""
+    url = endpoint.base_url.rstrip("/") + "/v1/models"
+    async with _session(1, endpoint.headers) as session, session.get(url) as response:
+        response.raise_for_status()
+        data = await response.json()
+    models = data.get("data") or []
+    if not models:
+        raise ValueError(f"{endpoint.base_url}/v1/models lists no model: pass the model name")
+    return str(models[0]["id"])

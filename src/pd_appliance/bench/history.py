@@ -1,0 +1,57 @@
+"""History of accepted runs on the host: what a regression check compares against."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+class HistoryError(ValueError):
+    """The history file cannot be read; the message names the file and the line."""
+
+
+def load(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    file = Path(path)
+    if not file.exists():
+        return []
+    entries: list[dict[str, Any]] = []
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise HistoryError(
+                f"{file}:{number} is not JSON ({exc.msg}); fix or remove that line "
+                "(each line is one accepted run)"
+            ) from exc
+        if not isinstance(entry, dict) or "figures" not in entry:
+            raise HistoryError(f"{file}:{number} has no 'figures': not a pd-bench history entry")
+        entries.append(entry)
+    return entries
+
+
+def last_accepted(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    entries = load(path)
+    return entries[-1] if entries else None
+
+
+def append(path: str | os.PathLike[str], entry: Mapping[str, Any]) -> None:
+    """Append `entry` atomically: a crash mid-write leaves the previous history intact."""
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    previous = file.read_text(encoding="utf-8") if file.exists() else ""
+    if previous and not previous.endswith("\n"):
+        previous += "\n"
+    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(previous + json.dumps(dict(entry), sort_keys=True) + "\n")
+        os.replace(tmp, file)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
