@@ -1,0 +1,162 @@
+"""Gather the pd_gpus / pd_gpu_* facts from NVML and sysfs (or from simulated GPUs in rehearsal).
+
+The keys of each GPU dict are the contract in CONTRIBUTING.md ("Facts"); the serving role reads
+numa_node and cpu_list from them for pinning.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pd_appliance.gpu import sysfs
+from pd_appliance.gpu.diagnose import (
+    NVML_ERROR_GPU_IS_LOST,
+    HostProbe,
+    diagnose_nvml_error,
+    lost_gpu_error,
+)
+from pd_appliance.gpu.errors import GpuFactsError
+from pd_appliance.gpu.topology import nvml_topology, simulated_topology
+
+GPU_KEYS = (
+    "index",
+    "uuid",
+    "name",
+    "compute_capability",
+    "memory_total_mib",
+    "pci_bus_id",
+    "pcie_generation",
+    "pcie_width",
+    "numa_node",
+    "cpu_list",
+    "persistence_mode",
+    "ecc_errors_uncorrected",
+    "simulated",
+)
+NVML_ERROR_NOT_SUPPORTED = 3
+MIB = 1024 * 1024
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def load_nvml() -> Any:
+    """Import pynvml (nvidia-ml-py); its absence is a tools-venv problem, not a driver problem."""
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError as err:
+        raise GpuFactsError(
+            f"the Python NVML bindings are missing ({err}).",
+            "install nvidia-ml-py into the interpreter that runs nvml_facts (the appliance_tools role "
+            "does this for the tools venv).",
+        ) from err
+
+
+def cuda_version_string(encoded: int) -> str:
+    """NVML's CUDA driver version (13000) as "13.0"."""
+    return f"{encoded // 1000}.{(encoded % 1000) // 10}"
+
+
+def _optional(nvml: Any, call: Any, *args: Any) -> Any:
+    """A query some boards do not implement (ECC on consumer parts): None instead of an error."""
+    try:
+        return call(*args)
+    except nvml.NVMLError as err:
+        if getattr(err, "value", None) == NVML_ERROR_NOT_SUPPORTED:
+            return None
+        raise
+
+
+def gpu_entry(nvml: Any, handle: Any, index: int, sysfs_root: Any) -> dict[str, Any]:
+    """One GPU's facts. PCIe generation is the link's maximum (the current one drops at idle);
+    the width is the current one, so a link trained down to x8 shows as 8."""
+    major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+    bus_id = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+    address = sysfs.sysfs_pci_address(bus_id)
+    persistence = _optional(nvml, nvml.nvmlDeviceGetPersistenceMode, handle)
+    ecc = _optional(
+        nvml,
+        nvml.nvmlDeviceGetTotalEccErrors,
+        handle,
+        nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+        nvml.NVML_VOLATILE_ECC,
+    )
+    return {
+        "index": index,
+        "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
+        "name": _text(nvml.nvmlDeviceGetName(handle)),
+        "compute_capability": f"{major}.{minor}",
+        "memory_total_mib": int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // MIB,
+        "pci_bus_id": bus_id,
+        "pcie_generation": int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
+        "pcie_width": int(nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+        "numa_node": sysfs.numa_node(sysfs_root, address),
+        "cpu_list": sysfs.cpu_list(sysfs_root, address),
+        "persistence_mode": None if persistence is None else bool(persistence == nvml.NVML_FEATURE_ENABLED),
+        "ecc_errors_uncorrected": None if ecc is None else int(ecc),
+        "simulated": False,
+    }
+
+
+def _collect(nvml: Any, probe: HostProbe) -> dict[str, Any]:
+    driver_version = _text(nvml.nvmlSystemGetDriverVersion())
+    cuda_version = cuda_version_string(int(nvml.nvmlSystemGetCudaDriverVersion()))
+    handles, gpus = [], []
+    for index in range(int(nvml.nvmlDeviceGetCount())):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            gpus.append(gpu_entry(nvml, handle, index, probe.sysfs_root))
+        except nvml.NVMLError as err:
+            if getattr(err, "value", None) == NVML_ERROR_GPU_IS_LOST:
+                raise lost_gpu_error(f"NVML reports GPU {index} as lost.", probe) from err
+            raise
+        handles.append(handle)
+    on_bus = {gpu.address for gpu in sysfs.nvidia_pci_gpus(probe.sysfs_root)}
+    missing = sorted(on_bus - {sysfs.sysfs_pci_address(gpu["pci_bus_id"]) for gpu in gpus})
+    if missing:
+        raise lost_gpu_error(
+            f"{len(on_bus)} NVIDIA GPUs are on the PCI bus but NVML sees {len(gpus)}; "
+            f"missing: {', '.join(missing)}.",
+            probe,
+        )
+    return {
+        "pd_gpus": gpus,
+        "pd_gpu_driver_version": driver_version,
+        "pd_gpu_cuda_version": cuda_version,
+        "pd_gpu_topology": nvml_topology(nvml, handles, [gpu["pci_bus_id"] for gpu in gpus]),
+    }
+
+
+def gather_gpu_facts(nvml: Any = None, probe: HostProbe | None = None) -> dict[str, Any]:
+    """The facts from NVML, or a GpuFactsError that names the cause and the fix."""
+    nvml = load_nvml() if nvml is None else nvml
+    probe = probe or HostProbe()
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as err:
+        raise diagnose_nvml_error(getattr(err, "value", None), str(err), probe) from err
+    try:
+        return _collect(nvml, probe)
+    except nvml.NVMLError as err:
+        raise diagnose_nvml_error(getattr(err, "value", None), str(err), probe) from err
+    finally:
+        nvml.nvmlShutdown()
+
+
+def simulated_facts(gpus: list[dict[str, Any]], driver_version: str, cuda_version: str) -> dict[str, Any]:
+    """Rehearsal facts: the simulated GPUs as given (each must say simulated), versions as pinned."""
+    for gpu in gpus:
+        missing = [key for key in GPU_KEYS if key not in gpu]
+        if missing or gpu.get("simulated") is not True:
+            raise GpuFactsError(
+                f"simulated GPU {gpu.get('index', '?')} lacks {missing or ['simulated: true']}.",
+                "build appliance_simulated_gpus with the pd_simulated_gpu filter.",
+            )
+    return {
+        "pd_gpus": [dict(gpu) for gpu in gpus],
+        "pd_gpu_driver_version": driver_version,
+        "pd_gpu_cuda_version": cuda_version,
+        "pd_gpu_topology": simulated_topology(gpus),
+    }
