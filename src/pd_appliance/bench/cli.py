@@ -1,0 +1,181 @@
+"""`pd-bench`: measure an OpenAI-compatible server, gate the figures, write the report.
+
+    pd-bench run --url http://127.0.0.1:8000 --concurrency 1 16 --num-requests 8 64 --out run.json
+    pd-bench report run.json [more variants...] --threshold 1=10 --threshold 16=25 --out-dir report/
+    pd-bench plot report/report.json
+
+`run` exits 2 when the correctness probe fails; `report` exits 1 when a gate fails (after the
+report is written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pd_appliance.bench import history
+from pd_appliance.bench.gates import concurrency_label
+from pd_appliance.bench.report import (
+    ReportError,
+    accept,
+    build_report,
+    render_plot,
+    select_fastest,
+    write_report,
+)
+from pd_appliance.bench.runner import ProbeSpec, measure_sync, plan_from_lists
+from pd_appliance.bench.workload import WorkloadError
+
+
+def _threshold(text: str) -> tuple[int, float]:
+    try:
+        level, value = text.split("=", 1)
+        return int(level), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected CONCURRENCY=MIN_TOK_S (e.g. 16=25.0), got {text!r}"
+        ) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pd-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="probe and measure one configuration")
+    run.add_argument("--url", required=True, help="base URL of the router, e.g. http://127.0.0.1:8000")
+    run.add_argument("--model", default="", help="model name (default: first of /v1/models)")
+    run.add_argument("--api", choices=["completions", "chat"], default="completions")
+    run.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    run.add_argument(
+        "--num-requests", type=int, nargs="+", default=[8, 64], help="one, or one per concurrency"
+    )
+    run.add_argument("--warmup-requests", type=int, nargs="+", help="default: one per concurrency slot")
+    run.add_argument("--input-len", type=int, default=1024)
+    run.add_argument("--output-len", type=int, default=256)
+    run.add_argument("--tokenizer", help="tokenizer.json (or its directory) for exact input token counts")
+    run.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    run.add_argument("--ready-timeout", type=float, default=0.0, help="wait this long for /readiness first")
+    run.add_argument("--probe-prompt", default=ProbeSpec.prompt)
+    run.add_argument("--probe-expect", default=ProbeSpec.expect)
+    run.add_argument("--probe-api", choices=["completions", "chat"], default=ProbeSpec.api)
+    run.add_argument("--variant", default="deployed", help="name of this configuration in the report")
+    run.add_argument(
+        "--api-key-env", default="PD_BENCH_API_KEY", help="environment variable holding the API key"
+    )
+    run.add_argument("--raw", action="store_true", help="keep every request's raw timestamps in the output")
+    run.add_argument("--out", help="write the measurement JSON here")
+
+    rep = sub.add_parser("report", help="gate measurements and write report.json/.md/.png")
+    rep.add_argument("measurements", nargs="+", help="measurement JSON files from `pd-bench run`")
+    rep.add_argument(
+        "--threshold", type=_threshold, action="append", default=[], help="CONCURRENCY=MIN_TOK_S"
+    )
+    rep.add_argument("--selected", help="variant left running (default: the first)")
+    rep.add_argument("--history", help="history of accepted runs (JSON lines)")
+    rep.add_argument(
+        "--regression-tolerance", type=float, help="fail when a figure drops more than this fraction"
+    )
+    rep.add_argument("--accept", action="store_true", help="append a passed run to --history")
+    rep.add_argument("--metadata", help="JSON file merged into the report's metadata")
+    rep.add_argument("--out-dir", required=True)
+
+    plot = sub.add_parser("plot", help="draw report.png next to a report.json")
+    plot.add_argument("report")
+    plot.add_argument("--out", help="PNG path (default: report.png beside the JSON)")
+    return parser
+
+
+def _print_summary(result: dict[str, Any]) -> None:
+    probe = result.get("probe") or {}
+    print(
+        f"probe: {'pass' if probe.get('passed') else 'FAIL'} "
+        f"answer={probe.get('answer', '')!r} {probe.get('error', '')}"
+    )
+    print(
+        f"{'level':>6} {'reqs':>5} {'err':>4} {'out tok/s':>10} {'req tok/s':>10} {'TTFT p50/p99 ms':>18} "
+        f"{'TPOT p50/p99 ms':>18} {'wall s':>7}"
+    )
+    for p in result["phases"]:
+        ttft, tpot, rate = p["ttft_ms"], p["tpot_ms"], p["request_tok_s"]["p50"]
+        print(
+            f"{concurrency_label(p['concurrency']):>6} {p['requests']:>5} {p['errors']:>4} "
+            f"{p['output_tok_s']:>10.2f} "
+            f"{(rate or 0):>10.2f} {(ttft['p50'] or 0):>8.1f}/{(ttft['p99'] or 0):<9.1f} "
+            f"{(tpot['p50'] or 0):>8.2f}/{(tpot['p99'] or 0):<9.2f} {p['wall_s']:>7.2f}"
+        )
+        for sample in p["error_samples"]:
+            print(f"       error: {sample}")
+
+
+def _run(args: argparse.Namespace) -> int:
+    plan = plan_from_lists(
+        args.url,
+        args.concurrency,
+        args.num_requests,
+        args.input_len,
+        args.output_len,
+        args.warmup_requests,
+        args.api,
+        args.request_timeout,
+        model=args.model,
+        api_key=os.environ.get(args.api_key_env, ""),
+        tokenizer=args.tokenizer,
+        probe=ProbeSpec(args.probe_prompt, args.probe_expect, args.probe_api),
+        ready_timeout_s=args.ready_timeout,
+        variant=args.variant,
+    )
+    result = measure_sync(plan, keep_records=args.raw)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    _print_summary(result)
+    return 0 if (result.get("probe") or {}).get("passed") else 2
+
+
+def _report(args: argparse.Namespace) -> int:
+    measurements = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.measurements]
+    selected = args.selected or measurements[0].get("variant")
+    thresholds = dict(args.threshold)
+    metadata = json.loads(Path(args.metadata).read_text(encoding="utf-8")) if args.metadata else {}
+    last = history.last_accepted(args.history) if args.history else None
+    selection = (
+        select_fastest(measurements, max(thresholds) if thresholds else 16) if len(measurements) > 1 else None
+    )
+    report = build_report(
+        measurements, selected, thresholds, args.regression_tolerance, last, metadata, selection
+    )
+    paths = write_report(report, args.out_dir)
+    if args.accept and args.history and report["passed"]:
+        accept(report, args.history)
+    for gate in report["gates"]:
+        print(f"{'pass' if gate['passed'] else 'FAIL'}: {gate['message']}")
+    print(f"report: {paths['json']} {paths['markdown']} {paths['png'] or '(no plot)'}")
+    return 0 if report["passed"] else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "report":
+            return _report(args)
+        report_path = Path(args.report)
+        render_plot(
+            json.loads(report_path.read_text(encoding="utf-8")),
+            Path(args.out or report_path.with_suffix(".png")),
+        )
+        return 0
+    except (WorkloadError, ReportError, history.HistoryError, OSError, json.JSONDecodeError) as exc:
+        print(f"pd-bench: error: {exc}", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
