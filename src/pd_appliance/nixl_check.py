@@ -299,7 +299,9 @@ def run_check(
                 transfer=None,
                 transfer_error=None,
                 ok=False,
-                problems=[f"cannot import nixl._api: {type(exc).__name__}: {exc} (install nixl-cu13 and nixl)"],
+                problems=[
+                    f"cannot import nixl._api: {type(exc).__name__}: {exc} (install nixl-cu13 and nixl)"
+                ],
             )
 
     def factory(name: str, backends: list[str]) -> Any:
@@ -372,7 +374,9 @@ def format_report(report: CheckReport) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pd_appliance.nixl_check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pd_appliance.nixl_check", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--require", action="append", default=None, help="backend that must be created (UCX)")
     parser.add_argument("--transfer-backend", default="UCX", help="backend for the transfer ('' to skip)")
     parser.add_argument("--size-mib", type=int, default=DEFAULT_SIZE_MIB)
