@@ -17,7 +17,7 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _try(call, *args):  # noqa: ANN001, ANN202 - a recorder, not library code
+def _try(call, *args):
     try:
         return {"value": call(*args)}
     except pynvml.NVMLError as err:

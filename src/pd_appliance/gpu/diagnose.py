@@ -88,13 +88,16 @@ def diagnose_not_loaded(probe: HostProbe) -> GpuFactsError:
         )
     log = probe.kernel_log()
     signer = probe.module_signer("nvidia")
-    if sysfs.secure_boot_enabled(root) and (signer == "" or any(SECURE_BOOT_REJECTION.search(x) for x in log)):
+    if sysfs.secure_boot_enabled(root) and (
+        signer == "" or any(SECURE_BOOT_REJECTION.search(x) for x in log)
+    ):
         return SecureBootUnsignedError(
             f"Secure Boot is enabled and the nvidia module for kernel {probe.kernel_release} is "
             f"{'unsigned' if signer == '' else 'signed by a key the kernel rejects'}.",
-            "on Ubuntu use Canonical's signed modules (nvidia_driver_source: ubuntu-signed); otherwise enroll "
-            "the DKMS signing key (mokutil --import /var/lib/dkms/mok.pub, reboot, confirm in MOK manager) "
-            "and set nvidia_driver_secure_boot_mok_enrolled: true, or disable Secure Boot in the firmware."
+            "on Ubuntu use Canonical's signed modules (nvidia_driver_source: ubuntu-signed); "
+            "otherwise enroll the DKMS signing key (mokutil --import /var/lib/dkms/mok.pub, reboot, "
+            "confirm in MOK manager) and set nvidia_driver_secure_boot_mok_enrolled: true, "
+            "or disable Secure Boot in the firmware."
             + _log_tail([x for x in log if SECURE_BOOT_REJECTION.search(x)]),
         )
     if signer is None:

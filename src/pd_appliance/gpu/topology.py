@@ -44,7 +44,9 @@ def nvlink_peers(nvml: Any, handle: Any) -> list[str]:
     return peers
 
 
-def _link_label(nvml: Any, handles: list[Any], bus_ids: list[str], peers: list[list[str]], i: int, j: int) -> str:
+def _link_label(
+    nvml: Any, handles: list[Any], bus_ids: list[str], peers: list[list[str]], i: int, j: int
+) -> str:
     if i == j:
         return "X"
     direct = sum(1 for remote in peers[i] if remote == bus_ids[j])
@@ -73,12 +75,15 @@ def nvml_topology(nvml: Any, handles: list[Any], bus_ids: list[str]) -> dict[str
     peers = [nvlink_peers(nvml, handle) for handle in handles]
     topology: dict[str, Any] = {
         "gpus": list(range(count)),
-        "link": [[_link_label(nvml, handles, normalized, peers, i, j) for j in range(count)] for i in range(count)],
+        "link": [
+            [_link_label(nvml, handles, normalized, peers, i, j) for j in range(count)] for i in range(count)
+        ],
         "simulated": False,
     }
     for key, cap in P2P_CAPS.items():
         topology[key] = [
-            ["X" if i == j else _p2p(nvml, handles[i], handles[j], cap) for j in range(count)] for i in range(count)
+            ["X" if i == j else _p2p(nvml, handles[i], handles[j], cap) for j in range(count)]
+            for i in range(count)
         ]
     return topology
 
