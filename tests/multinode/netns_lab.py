@@ -185,6 +185,53 @@ def sshd_config(host: LabHost, host_dir: Path, ssh_dir: Path) -> str:
     )
 
 
+def disable_ipv6(link: str) -> None:
+    """No IPv6 on a root-namespace link of the lab, so it carries only the lab's IPv4 /24."""
+    Path(f"/proc/sys/net/ipv6/conf/{link}/disable_ipv6").write_text("1\n")
+
+
+def stray_processes(name: str, lab_dir: Path) -> list[dict[str, Any]]:
+    """Processes that run something of the lab's hosts but live outside every lab namespace.
+
+    Everything the converge starts runs over SSH inside a host's namespace; a process whose command
+    line names a host's directory but whose network namespace is the root one would be serving on
+    this machine's own addresses. SSH clients (Ansible's control masters) and this helper's own
+    ancestry are the controller's side and are left out.
+    """
+    lab_inodes = {_netns_inode(Path("/run/netns") / ns) for ns in namespaces_with_prefix(name)}
+    hosts_dir = f"{lab_dir}/hosts/"
+    ours = _ancestors(os.getpid())
+    strays = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) in ours:
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            exe = os.readlink(proc / "exe")
+            inode = _netns_inode(proc / "ns" / "net")
+        except OSError:
+            continue
+        if hosts_dir in cmdline and inode not in lab_inodes and Path(exe).name != "ssh":
+            strays.append({"pid": int(proc.name), "cmdline": cmdline[:200]})
+    return strays
+
+
+def _netns_inode(path: Path) -> int:
+    return path.stat().st_ino
+
+
+def _ancestors(pid: int) -> set[int]:
+    seen = {pid}
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        seen.add(pid)
+    return seen
+
+
 def keygen(path: Path, comment: str) -> str:
     """Generate an ed25519 key pair at path (no passphrase); return the public key line."""
     run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path))
@@ -265,6 +312,7 @@ def _create(name: str, subnet: str, hosts: list[LabHost], lab_dir: Path) -> dict
 
     bridge = bridge_name(name)
     run("ip", "link", "add", bridge, "type", "bridge")
+    disable_ipv6(bridge)
     run("ip", "addr", "add", f"{subnet}.{BRIDGE_OCTET}/24", "dev", bridge)
     run("ip", "link", "set", bridge, "up")
     known_hosts = []
@@ -272,7 +320,11 @@ def _create(name: str, subnet: str, hosts: list[LabHost], lab_dir: Path) -> dict
         host_dir = lab_dir / "hosts" / host.name
         host_dir.mkdir(parents=True, mode=0o700)
         run("ip", "netns", "add", host.namespace)
+        # IPv4 on the lab's /24 only: no IPv6 (not even link-local) inside the namespace.
+        run("sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
+            netns=host.namespace)  # fmt: skip
         run("ip", "link", "add", host.veth, "type", "veth", "peer", "name", f"{host.veth}p")
+        disable_ipv6(host.veth)
         run("ip", "link", "set", f"{host.veth}p", "netns", host.namespace)
         run("ip", "link", "set", host.veth, "master", bridge)
         run("ip", "link", "set", host.veth, "up")
@@ -349,6 +401,7 @@ def status(name: str, lab_dir: Path) -> dict[str, Any]:
         "namespaces": {ns: namespace_pids(ns) for ns in namespaces_with_prefix(name)},
         "links": links_with_prefix(name),
         "dir_exists": lab_dir.exists(),
+        "stray_processes": stray_processes(name, lab_dir),
     }
 
 
@@ -363,7 +416,10 @@ def cut(name: str, lab_dir: Path, host_name: str) -> dict[str, Any]:
     pid_file = lab_dir / "hosts" / host_name / "sshd.pid"
     if pid_file.is_file():
         _signal(int(pid_file.read_text().strip()), signal.SIGTERM)
-    return {"changed": True, "host": host_name, "veth": host["veth"]}
+    # Ansible's persistent connections would otherwise hang on the dead link instead of failing:
+    # drop them all (between plays nothing is in flight; the live hosts reconnect at once).
+    masters = stop_control_masters(lab_dir)
+    return {"changed": True, "host": host_name, "veth": host["veth"], "control_masters_stopped": masters}
 
 
 def build_parser() -> argparse.ArgumentParser:
