@@ -352,6 +352,19 @@ def run_check(
     )
 
 
+def apply_bandwidth_floor(report: CheckReport, min_gb_s: float) -> None:
+    """Fail the report when a GPU-memory transfer ran below `min_gb_s` (KV moves at that speed)."""
+    t = report.transfer
+    if min_gb_s <= 0 or t is None or t.mem_type != "VRAM" or t.bandwidth_gb_s >= min_gb_s:
+        return
+    report.problems.append(
+        f"GPU-to-GPU bandwidth through {t.backend} is {t.bandwidth_gb_s:.2f} GB/s, below the floor of "
+        f"{min_gb_s:g} GB/s: UCX is likely staging through host memory (check UCX_TLS includes "
+        "cuda_ipc, and GPU peer access)"
+    )
+    report.ok = False
+
+
 def format_report(report: CheckReport) -> str:
     """Human-readable summary for logs and the validation report."""
     lines = [f"NIXL {report.nixl_version or '?'} ({report.nixl_module or 'not importable'})"]
@@ -382,11 +395,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-mib", type=int, default=DEFAULT_SIZE_MIB)
     parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
     parser.add_argument("--host-memory", action="store_true", help="measure DRAM even where GPUs exist")
+    parser.add_argument(
+        "--min-gb-s",
+        type=float,
+        default=0.0,
+        help="fail when a GPU-memory transfer is slower than this (0: report only)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     args = parser.parse_args(argv)
     required = args.require if args.require is not None else ["UCX"]
-    # NIXL logs to stderr; keep stdout for the JSON the play parses.
     os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
+    # Some NIXL plugins (GUSLI) print to file descriptor 1 from C while being probed; send fd 1 to
+    # stderr for the duration and keep the real stdout for the JSON the play parses.
+    sys.stdout.flush()
+    json_fd = os.dup(1)
+    os.dup2(2, 1)
     report = run_check(
         required,
         args.transfer_backend or None,
@@ -394,8 +417,12 @@ def main(argv: list[str] | None = None) -> int:
         args.iterations,
         gpus=0 if args.host_memory else None,
     )
+    apply_bandwidth_floor(report, args.min_gb_s)
+    sys.stdout.flush()
+    os.dup2(json_fd, 1)
+    os.close(json_fd)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(report.to_dict(), indent=2), flush=True)
     print(format_report(report), file=sys.stderr)
     return 0 if report.ok else 1
 
