@@ -1,0 +1,118 @@
+"""Apply rendered supervisor config: restart exactly the programs whose config changed.
+
+    python -m pd_appliance.serving.apply --serverurl unix:///run/pd-appliance/supervisor.sock \
+        [--group pd] [--restart decode ...]
+
+`--restart` names programs to restart although their section did not change (their env file
+did: secrets live there, not in the section). Workers are applied before the router (priority
+order). Prints one JSON object: {"changed": bool, "actions": {"pd:decode": "restarted", ...}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import xmlrpc.client
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from supervisor.xmlrpc import Faults, SupervisorTransport
+
+RUNNING_STATES = {"STARTING", "RUNNING", "BACKOFF", "STOPPING"}
+
+
+def connect(serverurl: str, username: str | None = None, password: str | None = None) -> Any:
+    """An XML-RPC proxy to supervisord (unix:// or http:// serverurl)."""
+    transport = SupervisorTransport(username, password, serverurl)
+    return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
+
+
+def _stop(server: Any, full_name: str) -> None:
+    try:
+        server.supervisor.stopProcess(full_name, True)
+    except xmlrpc.client.Fault as fault:
+        if fault.faultCode != Faults.NOT_RUNNING:
+            raise
+
+
+def _start(server: Any, full_name: str) -> None:
+    try:
+        server.supervisor.startProcess(full_name, False)
+    except xmlrpc.client.Fault as fault:
+        if fault.faultCode != Faults.ALREADY_STARTED:
+            raise
+
+
+def apply(
+    server: Any, group: str = "pd", restart: Sequence[str] = (), log: Callable[[str], None] = lambda _m: None
+) -> dict[str, Any]:
+    """Reload the config files and bring the group's programs in line, one program at a time."""
+    added, changed, removed = server.supervisor.reloadConfig()[0]
+    actions: dict[str, str] = {}
+    if group in removed:
+        server.supervisor.stopProcessGroup(group, True)
+        server.supervisor.removeProcessGroup(group)
+        actions[group] = "removed group"
+        return {"changed": True, "actions": actions}
+    if group in added:
+        server.supervisor.addProcessGroup(group)
+        for info in server.supervisor.getAllProcessInfo():
+            if info["group"] == group:
+                actions[f"{group}:{info['name']}"] = "added"
+        return {"changed": True, "actions": actions}
+    active = {i["name"]: i for i in server.supervisor.getAllProcessInfo() if i["group"] == group}
+    diff = (
+        server.pd_appliance.diffProcesses(group)
+        if group in changed
+        else {"added": [], "changed": [], "removed": []}
+    )
+    for name in diff["removed"]:
+        _stop(server, f"{group}:{name}")
+        server.pd_appliance.removeProcess(group, name)
+        actions[f"{group}:{name}"] = "removed"
+    for name in diff["changed"] + diff["added"]:
+        full = f"{group}:{name}"
+        was_running = active.get(name, {}).get("statename") in RUNNING_STATES
+        log(f"{full}: config changed, restarting")
+        _stop(server, full)
+        server.pd_appliance.replaceProcess(group, name)
+        if was_running or name in diff["added"]:
+            time.sleep(0.2)  # autostart programs are spawned by supervisord's own loop
+            if server.supervisor.getProcessInfo(full)["statename"] not in RUNNING_STATES:
+                _start(server, full)
+        actions[full] = "added" if name in diff["added"] else "restarted"
+    for name in restart:
+        full = f"{group}:{name}"
+        if full in actions or name not in active:
+            continue
+        log(f"{full}: env file changed, restarting")
+        _stop(server, full)
+        _start(server, full)
+        actions[full] = "restarted"
+    return {"changed": bool(actions), "actions": actions}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m pd_appliance.serving.apply", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--serverurl", required=True)
+    p.add_argument("--group", default="pd")
+    p.add_argument("--restart", nargs="*", default=[])
+    args = p.parse_args(argv)
+    server = connect(args.serverurl)
+    try:
+        result = apply(server, args.group, args.restart, log=lambda m: print(m, file=sys.stderr))
+    except (xmlrpc.client.Fault, OSError) as exc:
+        print(
+            json.dumps({"changed": False, "failed": True, "msg": f"supervisord at {args.serverurl}: {exc}"})
+        )
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

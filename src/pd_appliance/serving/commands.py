@@ -1,0 +1,126 @@
+"""The engine and router command lines, built from the role's variables.
+
+One function per program; each takes a plain dict (what the role's variables hold) and returns
+argv. Keeping the flag spelling here, not in a template, lets the tests assert on exact argv and
+lets the rehearsal swap only the engine command in front of the same flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pd_appliance.serving.supervisor_format import flatten
+
+WORKER_ROLES = ("prefill", "decode")
+
+
+class CommandError(ValueError):
+    """A setting cannot become a flag; the message names the variable."""
+
+
+def _flag(argv: list[str], flag: str, value: Any) -> None:
+    """Append `flag value`; True -> bare flag; None, "" and False -> nothing."""
+    if value is None or value is False or value == "":
+        return
+    if value is True:
+        argv.append(flag)
+    elif isinstance(value, (list, tuple)):
+        argv.append(flag)
+        argv.extend(str(v) for v in value)
+    else:
+        argv.append(flag)
+        argv.append(str(value))
+
+
+def sglang_argv(engine_command: Sequence[str], role: str, s: Mapping[str, Any]) -> list[str]:
+    """`python -m sglang.launch_server ...` for one PD role (SGLang 0.5.23 flag names)."""
+    if role not in WORKER_ROLES:
+        raise CommandError(f"role must be prefill or decode, got {role!r}")
+    if not engine_command:
+        raise CommandError("serving_engine_command is empty: it names the program that serves the model")
+    argv = [str(w) for w in engine_command]
+    _flag(argv, "--model-path", s["model_path"])
+    _flag(argv, "--served-model-name", s.get("served_model_name"))
+    _flag(argv, "--trust-remote-code", bool(s.get("trust_remote_code")))
+    _flag(argv, "--tp-size", int(s["tp_size"]))
+    _flag(argv, "--host", s["host"])
+    _flag(argv, "--port", int(s["port"]))
+    _flag(argv, "--disaggregation-mode", role)
+    _flag(argv, "--disaggregation-transfer-backend", s.get("transfer_backend"))
+    _flag(argv, "--disaggregation-bootstrap-port", s.get("bootstrap_port") if role == "prefill" else None)
+    _flag(argv, "--disaggregation-ib-device", s.get("ib_device"))
+    _flag(argv, "--moe-runner-backend", s.get("moe_runner_backend"))
+    _flag(argv, "--kv-cache-dtype", s.get("kv_cache_dtype"))
+    _flag(argv, "--mem-fraction-static", s.get("mem_fraction_static"))
+    _flag(argv, "--context-length", s.get("context_length"))
+    _flag(argv, "--max-running-requests", s.get("max_running_requests"))
+    _flag(argv, "--chunked-prefill-size", s.get("chunked_prefill_size"))
+    _flag(argv, "--enable-metrics", bool(s.get("enable_metrics")))
+    if s.get("cuda_graph", True):
+        _flag(argv, f"--cuda-graph-max-bs-{role}", s.get("cuda_graph_max_bs"))
+    else:
+        argv.append("--disable-cuda-graph")
+    spec = s.get("speculative") or {}
+    algorithm = spec.get("algorithm")
+    if algorithm:
+        if str(algorithm).upper() not in ("EAGLE", "DSPARK"):
+            raise CommandError(
+                f"serving_speculative_algorithm={algorithm!r}: DeepSeek-V4 accepts EAGLE (topk 1) or "
+                f"DSPARK (not with PD); use EAGLE or '' to turn speculative decoding off"
+            )
+        if str(algorithm).upper() == "DSPARK":
+            raise CommandError("serving_speculative_algorithm=DSPARK does not work with PD: use EAGLE or ''")
+        if int(spec.get("eagle_topk", 1)) != 1:
+            raise CommandError("serving_speculative_eagle_topk must be 1 for DeepSeek-V4 EAGLE (MTP)")
+        _flag(argv, "--speculative-algorithm", str(algorithm).upper())
+        _flag(argv, "--speculative-num-steps", spec.get("num_steps"))
+        _flag(argv, "--speculative-eagle-topk", spec.get("eagle_topk"))
+        _flag(argv, "--speculative-num-draft-tokens", spec.get("num_draft_tokens"))
+    _flag(argv, "--log-level", s.get("log_level"))
+    argv.extend(flatten(s.get("extra_args") or []))
+    return argv
+
+
+def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str]:
+    """`smg launch --pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL ...` (smg 1.13.0)."""
+    argv = [str(w) for w in router_command]
+    argv.append("--pd-disaggregation")
+    prefills = s.get("prefill") or []
+    decodes = s.get("decode") or []
+    if not prefills or not decodes:
+        raise CommandError(
+            "the router needs at least one prefill and one decode worker: put hosts in the inventory "
+            "groups 'prefill' and 'decode'"
+        )
+    for worker in prefills:
+        if worker.get("bootstrap_port") in (None, ""):
+            # smg then sends bootstrap_port null and decode silently uses its own default.
+            raise CommandError(
+                f"prefill worker {worker['url']} has no bootstrap port (serving_bootstrap_port)"
+            )
+        argv += ["--prefill", str(worker["url"]), str(int(worker["bootstrap_port"]))]
+    for worker in decodes:
+        argv += ["--decode", str(worker["url"])]
+    _flag(argv, "--host", s["host"])
+    _flag(argv, "--port", int(s["port"]))
+    _flag(argv, "--policy", s.get("policy"))
+    _flag(argv, "--prometheus-host", s.get("prometheus_host") if s.get("prometheus_port") else None)
+    _flag(argv, "--prometheus-port", s.get("prometheus_port"))
+    _flag(argv, "--health-check-endpoint", s.get("health_check_endpoint"))
+    _flag(argv, "--health-check-interval-secs", s.get("health_check_interval_secs"))
+    _flag(argv, "--health-check-timeout-secs", s.get("health_check_timeout_secs"))
+    _flag(argv, "--worker-startup-timeout-secs", s.get("worker_startup_timeout_secs"))
+    _flag(argv, "--request-timeout-secs", s.get("request_timeout_secs"))
+    _flag(argv, "--shutdown-grace-period-secs", s.get("shutdown_grace_period_secs"))
+    _flag(argv, "--log-level", s.get("log_level"))
+    argv.extend(flatten(s.get("extra_args") or []))
+    return argv
+
+
+def worker_url(host: str, port: int | str) -> str:
+    """http URL of a worker; IPv6 literals get brackets."""
+    host = str(host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{int(port)}"

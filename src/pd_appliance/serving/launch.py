@@ -1,0 +1,147 @@
+"""Program launcher: what supervisor runs in front of the engine and the router.
+
+    python -m pd_appliance.serving.launch --env-file F [--secret-arg --api-key=VAR]
+        [--wait-for URL ...] [--wait-timeout-s N] -- COMMAND ...
+
+- Reads KEY=value lines from the env file (0600, owned by the service user) into the environment,
+  so secrets never appear in the supervisor config or its logs.
+- `--secret-arg FLAG=VAR` appends `FLAG <value of VAR>` for programs that take a secret only as a
+  flag (smg's --api-key has no environment variable). VAR is removed from the child environment.
+- `--wait-for URL` holds the start until every URL answers 2xx (the router waits for both workers'
+  health), printing progress; on timeout it exits 1 and supervisor's backoff retries.
+- Then it execs COMMAND, so supervisor signals (and stopasgroup kills) the real process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+class LaunchError(RuntimeError):
+    """The launcher cannot start the program; the message says why and what to fix."""
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """KEY=value lines; blank lines and # comments skipped; the value is taken verbatim."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot read env file {path}: {exc.strerror} (the serving role writes it)"
+        ) from exc
+    env: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise LaunchError(f"{path}:{number}: expected NAME=value")
+        env[name.strip()] = value
+    return env
+
+
+def secret_args(specs: Sequence[str], env: dict[str, str]) -> list[str]:
+    """Turn `--flag=VAR` specs into `--flag value` words, consuming VAR from env; unset VAR adds nothing."""
+    words: list[str] = []
+    for spec in specs:
+        flag, sep, var = spec.partition("=")
+        if not sep or not flag.startswith("-") or not var:
+            raise LaunchError(
+                f"--secret-arg {spec!r}: expected FLAG=VARIABLE, e.g. --api-key=SERVING_API_KEY"
+            )
+        value = env.pop(var, "")
+        if value:
+            words += [flag, value]
+    return words
+
+
+def _probe(url: str, timeout_s: float) -> str | None:
+    """None when url answers 2xx, else a short reason."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return None if 200 <= response.status < 300 else f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+
+
+def wait_for(urls: Sequence[str], timeout_s: float, interval_s: float = 1.0, log=print) -> None:
+    """Block until every URL answers 2xx; raise LaunchError naming the ones that never did."""
+    pending = list(urls)
+    deadline = time.monotonic() + timeout_s
+    last_report = 0.0
+    while pending:
+        pending = [u for u in pending if _probe(u, min(5.0, max(0.5, interval_s * 5))) is not None]
+        if not pending:
+            break
+        now = time.monotonic()
+        if now >= deadline:
+            reasons = ", ".join(f"{u} ({_probe(u, 2.0)})" for u in pending)
+            raise LaunchError(f"gave up after {timeout_s:.0f}s waiting for {reasons}")
+        if now - last_report >= 10:
+            log(f"pd-launch: waiting for {', '.join(pending)} ({deadline - now:.0f}s left)")
+            last_report = now
+        time.sleep(interval_s)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pd_appliance.serving.launch", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--env-file", action="append", default=[], help="KEY=value file(s) to load (repeatable)")
+    p.add_argument("--secret-arg", action="append", default=[], metavar="FLAG=VAR")
+    p.add_argument("--wait-for", action="append", default=[], metavar="URL")
+    p.add_argument("--wait-timeout-s", type=float, default=3600.0)
+    p.add_argument("--wait-interval-s", type=float, default=2.0)
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    return p
+
+
+def prepare(
+    argv: Sequence[str], environ: Mapping[str, str]
+) -> tuple[list[str], dict[str, str], argparse.Namespace]:
+    """Parse, load env files and secret flags; return (command argv, environment, options)."""
+    args = build_parser().parse_args(argv)
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise LaunchError("no command given after --")
+    env = dict(environ)
+    for path in args.env_file:
+        env.update(read_env_file(path))
+    command += secret_args(args.secret_arg, env)
+    return command, env, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        command, env, args = prepare(sys.argv[1:] if argv is None else argv, os.environ)
+        if args.wait_for:
+            print(
+                f"pd-launch: waiting for {', '.join(args.wait_for)} before starting {command[0]}", flush=True
+            )
+            wait_for(
+                args.wait_for, args.wait_timeout_s, args.wait_interval_s, log=lambda m: print(m, flush=True)
+            )
+        sys.stdout.flush()
+        os.execvpe(command[0], command, env)
+    except LaunchError as exc:
+        print(f"pd-launch: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except OSError as exc:
+        print(f"pd-launch: cannot execute {exc.filename or ''}: {exc.strerror}", file=sys.stderr, flush=True)
+        return 127
+    return 0  # pragma: no cover - execvpe does not return
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
