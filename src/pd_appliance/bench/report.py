@@ -53,8 +53,21 @@ def build_report(
     metadata: Mapping[str, Any] | None = None,
     selection: Mapping[str, Any] | None = None,
     max_error_rate: float = 0.0,
+    error: str = "",
+    history_error: str = "",
+    final_probe: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Gate the selected (running) variant and assemble the full report."""
+    """Gate the selected (running) variant and assemble the full report.
+
+    `error` is why nothing was measured (used when `measurements` is empty); `history_error` is
+    why the regression baseline could not be read; either fails the report. `final_probe` is the
+    probe run after switching to the selected variant at the end of an A/B: it must pass too.
+    """
+    if not measurements:
+        # The measurement itself broke (the play passes its error in): report that, gated as failed.
+        measurements = [
+            {"variant": selected_variant, "probe": {"passed": False, "error": error or "not measured"}}
+        ]
     by_name = {m.get("variant"): m for m in measurements}
     if selected_variant not in by_name:
         raise ReportError(
@@ -62,6 +75,13 @@ def build_report(
         )
     selected = by_name[selected_variant]
     gate_list = gates.throughput_gates(selected, thresholds, max_error_rate)
+    if final_probe is not None:
+        ok = bool(final_probe.get("passed"))
+        detail = final_probe.get("error") or f"answer {final_probe.get('answer', '')!r}"
+        gate = gates.Gate("final probe", ok, f"probe after switching to '{selected_variant}': {detail}")
+        gate_list.append(gate)
+    if history_error:
+        gate_list.append(gates.Gate("regression history", False, f"history unreadable: {history_error}"))
     gate_list += gates.regression_gates(selected, last_accepted, regression_tolerance)
     per_variant = {
         name: gates.all_passed(gates.throughput_gates(m, thresholds, max_error_rate))
@@ -81,6 +101,7 @@ def build_report(
         "gates": [g.as_dict() for g in gate_list],
         "variants_passing_floors": per_variant,
         "selection": dict(selection) if selection else None,
+        "final_probe": dict(final_probe) if final_probe is not None else None,
         "figures": gates.regression_figures(selected),
         "metadata": {"pd_appliance_version": pd_appliance.__version__, **dict(metadata or {})},
         "variants": [dict(m) for m in measurements],
@@ -224,15 +245,18 @@ def render_plot(report: Mapping[str, Any], path: Path) -> None:
                     style,
                     label=f"{m['variant']} {q}",
                 )
+    centers = [j + (len(variants) - 1) * width / 2 for j in range(len(levels))]
     for label, limit in (report.get("thresholds") or {}).items():
         concurrency = 1 if label == "bs=1" else int(label.split("=")[1])
         if concurrency in levels:
-            j = levels.index(concurrency)
-            ax_tput.hlines(limit, j - 0.1, j + 0.8, colors="red", linestyles="dashed")
-    ax_tput.set_xticks([j + 0.4 - width / 2 for j in range(len(levels))], [str(c) for c in levels])
+            center = centers[levels.index(concurrency)]
+            ax_tput.hlines(limit, center - 0.45, center + 0.45, colors="red", linestyles="dashed")
+    ax_tput.set_xticks(centers, [str(c) for c in levels])
     ax_tput.set(title="Output throughput (red: threshold)", xlabel="concurrency", ylabel="tok/s")
     ax_ttft.set(title="TTFT", xlabel="concurrency", ylabel="ms", xscale="log")
     ax_tpot.set(title="TPOT", xlabel="concurrency", ylabel="ms", xscale="log")
+    for ax in (ax_ttft, ax_tpot):
+        ax.set_xticks(levels, [str(c) for c in levels])
     for ax in (ax_tput, ax_ttft, ax_tpot):
         ax.legend(fontsize=7)
     verdict = "PASSED" if report["passed"] else "FAILED"

@@ -39,6 +39,7 @@ class Plan:
     model: str = ""
     api_key: str = ""
     tokenizer: str | None = None
+    tokenizer_required: bool = True
     probe: ProbeSpec = field(default_factory=ProbeSpec)
     ready_timeout_s: float = 0.0
     ready_poll_interval_s: float = 2.0
@@ -92,7 +93,7 @@ async def measure(plan: Plan, keep_records: bool = False) -> dict[str, Any]:
 
     Skips the timing when the probe fails: a wrong answer makes every figure meaningless.
     """
-    tokenizer = load_tokenizer(plan.tokenizer)
+    tokenizer = load_tokenizer(plan.tokenizer, plan.tokenizer_required)
     started = _utc_now()
     endpoint = Endpoint(plan.base_url, plan.model, plan.api_key)
     ready: dict[str, Any] = {"ready": None, "path": None, "last": "not waited"}

@@ -63,11 +63,12 @@ class Workload:
         return asdict(self)
 
 
-def load_tokenizer(path: str | None) -> TokenizerLike | None:
+def load_tokenizer(path: str | None, required: bool = True) -> TokenizerLike | None:
     """Load a Hugging Face `tokenizer.json` with the `tokenizers` library, if both exist.
 
-    Returns None when no path is given; raises WorkloadError when the path is given but cannot
-    be used, because silently falling back to characters would change what is measured.
+    Returns None when no path is given, or when `required` is false and the path or the library
+    is missing (the report then says "characters"). Otherwise a path that cannot be used raises
+    WorkloadError, because silently falling back to characters would change what is measured.
     """
     if not path:
         return None
@@ -75,10 +76,14 @@ def load_tokenizer(path: str | None) -> TokenizerLike | None:
     if file.is_dir():
         file = file / "tokenizer.json"
     if not file.is_file():
+        if not required:
+            return None
         raise WorkloadError(f"tokenizer {file} does not exist: point --tokenizer at a tokenizer.json")
     try:
         from tokenizers import Tokenizer  # type: ignore[import-not-found]
     except ImportError as exc:
+        if not required:
+            return None
         raise WorkloadError(
             "a tokenizer was given but the 'tokenizers' package is missing: install it into this venv "
             "or drop the tokenizer to measure input length in characters"

@@ -1,0 +1,124 @@
+"""The report: every figure in JSON, a readable Markdown, a PNG, history and the A/B selection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_gates import THRESHOLDS, measurement
+
+from pd_appliance.bench import history
+from pd_appliance.bench.report import ReportError, accept, build_report, select_fastest, write_report
+
+META = {
+    "host": "gpu-node-01",
+    "appliance_commit": "abc1234",
+    "gpus": [{"index": 4, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}],
+    "versions": {"sglang": "0.5.23", "smg": "1.13.0"},
+    "env_hooks": {"decode": {"SGLANG_SM120_FLASHMLA_BACKEND": "triton"}},
+}
+
+
+def variant(name: str, bs1: float, c16: float, probe: bool = True, errors16: int = 0) -> dict:
+    m = measurement(bs1, c16, errors16=errors16, probe=probe)
+    m["variant"] = name
+    for p in m["phases"]:
+        p.update(
+            completed=p["requests"] - p["errors"],
+            wall_s=3.0,
+            ttft_ms={"p50": 100.0, "p90": 120.0, "p99": 150.0},
+            tpot_ms={"p50": 10.0, "p90": 11.0, "p99": 12.0},
+            itl_ms={"p50": 10.0, "p90": 11.0, "p99": 13.0},
+        )
+    m["workloads"] = [
+        {"concurrency": 1, "num_requests": 8, "warmup_requests": 1, "api": "completions", "input_len": 1024,
+         "output_len": 256, "request_timeout_s": 600.0},
+    ]  # fmt: skip
+    return m
+
+
+def test_failed_report_is_written_with_all_parts(tmp_path: Path) -> None:
+    report = build_report([variant("deployed", 9.5, 30.0)], "deployed", THRESHOLDS, metadata=META)
+    paths = write_report(report, tmp_path)
+    assert report["passed"] is False
+    data = json.loads(Path(paths["json"]).read_text())
+    assert data["thresholds"] == {"bs=1": 10.0, "C=16": 25.0}
+    assert data["metadata"]["gpus"][0]["name"].startswith("NVIDIA RTX PRO 6000")
+    assert data["metadata"]["env_hooks"]["decode"]["SGLANG_SM120_FLASHMLA_BACKEND"] == "triton"
+    assert data["metadata"]["appliance_commit"] == "abc1234"
+    assert data["variants"][0]["phases"][1]["output_tok_s"] == 30.0
+    md = Path(paths["markdown"]).read_text()
+    assert "— FAILED" in md and "bs=1 output throughput 9.50 tok/s < threshold 10.00 tok/s" in md
+    assert "| deployed | pass | 16 | 32 | 0 | 30.00 |" in md
+    assert Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(list((tmp_path / "runs").glob("*.json"))) == 1
+
+
+def test_plot_missing_matplotlib_keeps_json_and_markdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    report = build_report([variant("deployed", 20, 30)], "deployed", THRESHOLDS, metadata=META)
+    paths = write_report(report, tmp_path)
+    assert paths["png"] is None
+    assert "matplotlib is missing" in json.loads(Path(paths["json"]).read_text())["plot_note"]
+    assert "matplotlib is missing" in Path(paths["markdown"]).read_text()
+
+
+def test_select_fastest_ignores_probe_failures_and_erroring_variants() -> None:
+    runs = [
+        variant("deployed", 10, 40),
+        variant("flashinfer", 11, 55),
+        variant("garbage-fast", 0, 0, probe=False),
+        variant("flaky-fastest", 12, 90, errors16=2),
+    ]
+    selection = select_fastest(runs, 16)
+    assert selection["fastest"] == "flashinfer"
+    assert [r["variant"] for r in selection["ranking"]][:2] == ["flashinfer", "deployed"]
+    assert select_fastest([variant("x", 0, 0, probe=False)], 16)["fastest"] is None
+
+
+def test_gates_apply_to_the_running_variant_and_all_variants_are_reported(tmp_path: Path) -> None:
+    runs = [variant("deployed", 9, 20), variant("mtp-on", 14, 30)]
+    report = build_report(runs, "mtp-on", THRESHOLDS, selection=select_fastest(runs, 16), metadata=META)
+    assert report["passed"] is True
+    assert report["variants_passing_floors"] == {"deployed": False, "mtp-on": True}
+    md = Path(write_report(report, tmp_path)["markdown"]).read_text()
+    assert "| deployed |" in md and "| mtp-on |" in md and "**mtp-on**" in md
+    with pytest.raises(ReportError, match="'nope' is not among"):
+        build_report(runs, "nope", THRESHOLDS)
+
+
+def test_history_accept_then_regression(tmp_path: Path) -> None:
+    hist = tmp_path / "history.jsonl"
+    first = build_report(
+        [variant("deployed", 20, 100)], "deployed", THRESHOLDS, 0.1, history.last_accepted(hist)
+    )
+    assert first["passed"] and not [g for g in first["gates"] if g["name"].startswith("regression")]
+    accept(first, hist)
+    slower = build_report(
+        [variant("deployed", 20, 80)], "deployed", THRESHOLDS, 0.1, history.last_accepted(hist)
+    )
+    assert slower["passed"] is False
+    assert "C=16 output tok/s 80.00 < 90.00 (last accepted 100.00" in slower["failure_message"]
+    with pytest.raises(ReportError, match="only a passed report"):
+        accept(slower, hist)
+    assert len(history.load(hist)) == 1
+
+
+def test_corrupt_history_names_file_and_line(tmp_path: Path) -> None:
+    hist = tmp_path / "history.jsonl"
+    hist.write_text('{"figures": {}}\n{not json\n')
+    with pytest.raises(history.HistoryError, match=r"history.jsonl:2 is not JSON"):
+        history.load(hist)
+    assert hist.read_text().count("\n") == 2  # nothing lost
