@@ -111,9 +111,12 @@ def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str
     _flag(argv, "--health-check-interval-secs", s.get("health_check_interval_secs"))
     _flag(argv, "--health-check-timeout-secs", s.get("health_check_timeout_secs"))
     _flag(argv, "--worker-startup-timeout-secs", s.get("worker_startup_timeout_secs"))
+    _flag(argv, "--cb-failure-threshold", s.get("cb_failure_threshold"))
+    _flag(argv, "--cb-timeout-duration-secs", s.get("cb_timeout_duration_secs"))
     _flag(argv, "--request-timeout-secs", s.get("request_timeout_secs"))
     _flag(argv, "--shutdown-grace-period-secs", s.get("shutdown_grace_period_secs"))
     _flag(argv, "--log-level", s.get("log_level"))
+    _flag(argv, "--log-json", bool(s.get("log_json")))
     argv.extend(flatten(s.get("extra_args") or []))
     return argv
 

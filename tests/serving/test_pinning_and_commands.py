@@ -1,0 +1,123 @@
+"""GPU pinning, NUMA binding and the exact SGLang / smg command lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from pd_appliance.serving.commands import CommandError, router_argv, sglang_argv, worker_url
+from pd_appliance.serving.pinning import PinningError, check_gpu_sets, gpu_binding
+from pd_appliance.simulated import simulated_gpu
+
+LAB_FACTS = [dict(simulated_gpu(i), simulated=False) for i in range(8)]
+
+
+def test_lab_split_binds_each_role_to_its_numa_node() -> None:
+    prefill = gpu_binding([0, 1, 2, 3], LAB_FACTS)
+    decode = gpu_binding([4, 5, 6, 7], LAB_FACTS)
+    assert prefill["cuda_visible_devices"] == "0,1,2,3"
+    assert prefill["numactl_args"] == ["--cpunodebind=0", "--membind=0"]
+    assert decode["numactl_args"] == ["--cpunodebind=1", "--membind=1"]
+    assert not prefill["spans_numa_nodes"] and not prefill["simulated"]
+
+
+def test_gpus_spanning_nodes_bind_to_both_and_say_so() -> None:
+    binding = gpu_binding([2, 3, 4, 5], LAB_FACTS)
+    assert binding["numactl_args"] == ["--cpunodebind=0,1", "--membind=0,1"] and binding["spans_numa_nodes"]
+
+
+def test_unknown_numa_node_means_no_binding() -> None:
+    facts = [dict(f, numa_node=-1) for f in LAB_FACTS]
+    binding = gpu_binding([0, 1], facts)
+    assert binding["numactl_args"] == [] and binding["gpus_without_numa_node"] == [0, 1]
+
+
+def test_gpu_missing_from_facts_names_the_variable() -> None:
+    with pytest.raises(PinningError, match=r"serving_decode_gpus names GPU\(s\) \[8\]"):
+        gpu_binding([7, 8], LAB_FACTS, "serving_decode_gpus")
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode", "match"),
+    [
+        ([0, 1, 2, 3], [3, 4, 5, 6], r"share GPU\(s\) \[3\]"),
+        ([0, 1, 2], [4, 5, 6, 7], "has 3 GPUs but serving_prefill_tp_size is 4"),
+        ([0, 0, 1, 2], [4, 5, 6, 7], "lists a GPU twice"),
+        (["a"], [4], "integers"),
+        ([], [4, 5, 6, 7], "is empty"),
+    ],
+)
+def test_refused_gpu_sets(prefill, decode, match) -> None:
+    with pytest.raises(PinningError, match=match):
+        check_gpu_sets(prefill, decode, 4, 4)
+
+
+def test_two_host_split_checks_only_the_local_role() -> None:
+    assert check_gpu_sets(None, [0, 1, 2, 3], 4, 4) == ["decode: GPUs 0,1,2,3"]
+
+
+SETTINGS = {
+    "model_path": "/srv/models/DeepSeek-V4-Flash-NVFP4", "served_model_name": "dsv4-flash",
+    "trust_remote_code": True, "tp_size": 4, "host": "127.0.0.1", "port": 30000, "bootstrap_port": 8998,
+    "transfer_backend": "nixl", "ib_device": "", "moe_runner_backend": "flashinfer_cutlass",
+    "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.88, "context_length": None,
+    "enable_metrics": True, "cuda_graph": True, "cuda_graph_max_bs": None,
+    "speculative": {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
+    "extra_args": [["--watchdog-timeout", "600"]],
+}  # fmt: skip
+
+
+def test_prefill_command_is_references_pd_launch() -> None:
+    argv = sglang_argv(["python", "-m", "sglang.launch_server"], "prefill", SETTINGS)
+    assert argv == [
+        "python", "-m", "sglang.launch_server", "--model-path", "/srv/models/DeepSeek-V4-Flash-NVFP4",
+        "--served-model-name", "dsv4-flash", "--trust-remote-code", "--tp-size", "4", "--host", "127.0.0.1",
+        "--port", "30000", "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "nixl",
+        "--disaggregation-bootstrap-port", "8998", "--moe-runner-backend", "flashinfer_cutlass",
+        "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.88", "--enable-metrics",
+        "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", "--watchdog-timeout", "600",
+    ]  # fmt: skip
+    assert "--quantization" not in argv and "--cuda-graph-max-bs" not in argv
+
+
+def test_decode_command_has_no_bootstrap_port_and_its_graph_size() -> None:
+    settings = dict(SETTINGS, port=30001, cuda_graph_max_bs=32, extra_args=[])
+    argv = sglang_argv(["python"], "decode", settings)
+    assert "--disaggregation-bootstrap-port" not in argv
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "32"
+    no_graphs = sglang_argv(["python"], "decode", dict(settings, cuda_graph=False))
+    assert "--disable-cuda-graph" in no_graphs and "--cuda-graph-max-bs-decode" not in no_graphs
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [({"algorithm": "NEXTN"}, "accepts EAGLE"), ({"algorithm": "DSPARK"}, "PD"),
+     ({"algorithm": "EAGLE", "eagle_topk": 2}, "topk")],
+)  # fmt: skip
+def test_speculative_settings_deepseek_v4_rejects(spec, match) -> None:
+    with pytest.raises(CommandError, match=match):
+        sglang_argv(["python"], "prefill", dict(SETTINGS, speculative=spec))
+
+
+def test_router_command_always_gives_the_bootstrap_port() -> None:
+    settings = {
+        "prefill": [{"url": "http://10.0.0.1:30000", "bootstrap_port": 8998}],
+        "decode": [{"url": "http://10.0.0.2:30001"}],
+        "host": "127.0.0.1", "port": 8000, "policy": "round_robin", "prometheus_host": "127.0.0.1",
+        "prometheus_port": 29000, "health_check_interval_secs": 10, "extra_args": [],
+    }  # fmt: skip
+    assert router_argv(["smg", "launch"], settings) == [
+        "smg", "launch", "--pd-disaggregation", "--prefill", "http://10.0.0.1:30000", "8998",
+        "--decode", "http://10.0.0.2:30001", "--host", "127.0.0.1", "--port", "8000",
+        "--policy", "round_robin",
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", "29000", "--health-check-interval-secs", "10",
+    ]  # fmt: skip
+    with pytest.raises(CommandError, match="no bootstrap port"):
+        router_argv(["smg"], dict(settings, prefill=[{"url": "http://x:1", "bootstrap_port": None}]))
+    with pytest.raises(CommandError, match="inventory groups"):
+        router_argv(["smg"], dict(settings, decode=[]))
+
+
+def test_worker_url_brackets_ipv6() -> None:
+    assert worker_url("fd00::1", 30000) == "http://[fd00::1]:30000"
+    assert worker_url("192.0.2.10", "30001") == "http://192.0.2.10:30001"
