@@ -20,7 +20,9 @@ from pd_appliance.checkpoint.rehearsal_hub import RehearsalHub
 REPO_ID = "nvidia/DeepSeek-V4-Flash-NVFP4"
 
 
-def write_checkpoint(root: Path, *, shards: int = 3, extra_index_shard: str | None = None) -> dict[str, list[str]]:
+def write_checkpoint(
+    root: Path, *, shards: int = 3, extra_index_shard: str | None = None
+) -> dict[str, list[str]]:
     """A real sharded safetensors checkpoint of about 3 MB; returns shard -> tensor names."""
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(7)
@@ -29,8 +31,12 @@ def write_checkpoint(root: Path, *, shards: int = 3, extra_index_shard: str | No
     for number in range(1, shards + 1):
         name = f"model-{number:05d}-of-{shards:05d}.safetensors"
         tensors = {
-            f"model.layers.{number}.mlp.experts.0.w1.weight": rng.integers(0, 255, (512, 1024), dtype=np.uint8),
-            f"model.layers.{number}.self_attn.q_proj.weight": rng.standard_normal((256, 256)).astype(np.float16),
+            f"model.layers.{number}.mlp.experts.0.w1.weight": rng.integers(
+                0, 255, (512, 1024), dtype=np.uint8
+            ),
+            f"model.layers.{number}.self_attn.q_proj.weight": rng.standard_normal((256, 256)).astype(
+                np.float16
+            ),
             f"model.layers.{number}.input_layernorm.weight": rng.standard_normal(256).astype(np.float32),
         }
         save_file(tensors, str(root / name), metadata={"format": "pt"})
@@ -41,7 +47,9 @@ def write_checkpoint(root: Path, *, shards: int = 3, extra_index_shard: str | No
     (root / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}, indent=2)
     )
-    (root / "config.json").write_text(json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "hidden_size": 256}))
+    (root / "config.json").write_text(
+        json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "hidden_size": 256})
+    )
     return layout
 
 

@@ -40,7 +40,9 @@ def test_verify_reports_progress_and_catches_a_flipped_byte(hub, make_request):
     bad = pd_checkpoint("verify", "--json", str(request.directory))
     assert bad.returncode == 1
     result = json.loads(bad.stdout)
-    assert result["problems"][0]["path"] == shard.name and result["problems"][0]["problem"] == "sha256 mismatch"
+    assert (
+        result["problems"][0]["path"] == shard.name and result["problems"][0]["problem"] == "sha256 mismatch"
+    )
 
 
 def test_verify_without_manifest_explains(tmp_path):

@@ -23,12 +23,19 @@ def playbook(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("USER", "root" if os.geteuid() == 0 else str(os.getlogin()))
+    binary = str(Path(sys.executable).parent / "ansible-playbook")
+    # The tools venv is the appliance_tools role's to build; this interpreter has the same packages.
+    command = [
+        binary,
+        "playbooks/checkpoint.yml",
+        "-i",
+        str(inventory),
+        "-e",
+        f"appliance_tools_python={sys.executable}",
+    ]
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/checkpoint.yml", "-i", str(inventory),
-         # The tools venv is the appliance_tools role's to build; this interpreter has the same packages.
-         "-e", f"appliance_tools_python={sys.executable}", *extra],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [*command, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def recap_changed(output: str) -> int:
@@ -61,8 +68,12 @@ def test_role_downloads_verifies_and_is_idempotent(rehearsal_inventory_copy: Pat
     requests_before = log_lines(tmp_path)
     offline = playbook(rehearsal_inventory_copy, "-e", "checkpoint_offline=true")
     assert offline.returncode != 0
-    assert "checkpoint_offline is true, so nothing is fetched" in offline.stdout and shard.name in offline.stdout
-    assert not [line for line in log_lines(tmp_path)[len(requests_before) :] if '"GET ' in line or '"HEAD ' in line]
+    assert (
+        "checkpoint_offline is true, so nothing is fetched" in offline.stdout and shard.name in offline.stdout
+    )
+    assert not [
+        line for line in log_lines(tmp_path)[len(requests_before) :] if '"GET ' in line or '"HEAD ' in line
+    ]
     assert shard.stat().st_size == 1000
 
 

@@ -19,7 +19,12 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pd_appliance.checkpoint.ensure import CheckpointReport, CheckpointRequest, ensure_checkpoint, verify_directory
+from pd_appliance.checkpoint.ensure import (
+    CheckpointReport,
+    CheckpointRequest,
+    ensure_checkpoint,
+    verify_directory,
+)
 from pd_appliance.checkpoint.errors import CheckpointError
 
 
@@ -30,7 +35,9 @@ def _progress_factory(enabled: bool) -> Callable[[int, str], Callable[[int], Non
     from tqdm import tqdm
 
     def make(total: int, description: str) -> Callable[[int], None]:
-        bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=description, file=sys.stderr)
+        bar = tqdm(
+            total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=description, file=sys.stderr
+        )
         done = [0]
 
         def advance(count: int) -> None:
@@ -45,10 +52,15 @@ def _progress_factory(enabled: bool) -> Callable[[int, str], Callable[[int], Non
 
 
 def _summary(report: CheckpointReport, verb: str) -> str:
-    rate = f", hashed {report.hashed_bytes / 1e9:.2f} GB at {report.hash_mb_s:.0f} MB/s" if report.hashed_files else ""
+    rate = (
+        f", hashed {report.hashed_bytes / 1e9:.2f} GB at {report.hash_mb_s:.0f} MB/s"
+        if report.hashed_files
+        else ""
+    )
     lines = [
         f"{verb}: {report.repo_id}@{report.revision} in {report.directory}: {report.files} files,"
-        f" {report.total_bytes / 1e9:.2f} GB ({report.hashed_files} hashed, {report.verified_by_stat} by stat{rate})"
+        f" {report.total_bytes / 1e9:.2f} GB ({report.hashed_files} hashed, {report.verified_by_stat} by"
+        f" stat{rate})"
     ]
     if report.fetched:
         lines.append(f"fetched {len(report.fetched)}: {', '.join(report.fetched)}")
@@ -63,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     verify = sub.add_parser("verify", help="verify DIR against its manifest; fetches nothing")
     verify.add_argument("directory", type=Path)
     verify.add_argument("--quick", action="store_true", help="hash only files whose size/mtime/inode changed")
-    verify.add_argument("--workers", type=int, default=0, help="files hashed at once (default: one per core, max 8)")
+    verify.add_argument(
+        "--workers", type=int, default=0, help="files hashed at once (default: one per core, max 8)"
+    )
     verify.add_argument("--json", action="store_true", help="print the report as JSON, no progress bar")
 
     download = sub.add_parser("download", help="download and verify (token from $HF_TOKEN)")
@@ -72,8 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     download.add_argument("--dir", required=True, type=Path, dest="directory")
     download.add_argument("--endpoint", default=os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     download.add_argument("--offline", action="store_true", help="verify only, never contact the endpoint")
-    download.add_argument("--allow", action="append", default=None, help="glob of files to include (repeatable)")
-    download.add_argument("--ignore", action="append", default=None, help="glob of files to skip (repeatable)")
+    download.add_argument(
+        "--allow", action="append", default=None, help="glob of files to include (repeatable)"
+    )
+    download.add_argument(
+        "--ignore", action="append", default=None, help="glob of files to skip (repeatable)"
+    )
     download.add_argument("--full", action="store_true", help="re-hash every file, even unchanged ones")
     download.add_argument("--workers", type=int, default=0)
     download.add_argument("--json", action="store_true")
@@ -84,7 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "verify":
             if not args.directory.is_dir():
                 parser.error(f"{args.directory} is not a directory")
-            report = verify_directory(args.directory, full=not args.quick, workers=args.workers, progress=progress)
+            report = verify_directory(
+                args.directory, full=not args.quick, workers=args.workers, progress=progress
+            )
             verb = "verified"
         else:
             request = CheckpointRequest(

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pd_appliance.checkpoint.errors import CheckpointError, CheckpointIntegrityError, FileProblem
 from pd_appliance.checkpoint.hashing import FileDigest, HashJob, default_workers, hash_file, hash_files
@@ -40,6 +40,9 @@ from pd_appliance.checkpoint.safetensors_format import (
     check_index,
     read_safetensors_summary,
 )
+
+if TYPE_CHECKING:  # huggingface_hub is imported only when the Hub is used (never offline)
+    from pd_appliance.checkpoint.hub import HubSource
 
 PARTIAL_DIR = ".pd-appliance-partial"
 # Names in the checkpoint directory that are bookkeeping, not checkpoint files.
@@ -210,7 +213,8 @@ def ensure_checkpoint(
         if request.offline:
             raise CheckpointIntegrityError(
                 f"checkpoint_offline is true, so nothing is fetched, and {len(checked.problems)} file(s) in"
-                f" {directory} fail verification against {MANIFEST_NAME}. Fix: restore them from a verified copy,"
+                f" {directory} fail verification against {MANIFEST_NAME}. Fix: restore them from a"
+                " verified copy,"
                 " or run with checkpoint_offline: false to re-fetch them:",
                 sorted(checked.problems.values(), key=lambda p: p.path),
             )
@@ -241,7 +245,8 @@ def ensure_checkpoint(
     report.extra_files = _extra_files(directory, expected)
     if report.extra_files:
         report.warnings.append(
-            f"{len(report.extra_files)} file(s) in {directory} are not part of {request.repo_id}@{commit} and were"
+            f"{len(report.extra_files)} file(s) in {directory} are not part of {request.repo_id}@{commit}"
+            " and were"
             f" left alone (first: {report.extra_files[0]})"
         )
     if not request.offline and not COMMIT_RE.match(request.revision):
@@ -268,7 +273,8 @@ def verify_directory(
     manifest = load_manifest(directory)
     if manifest is None:
         raise CheckpointError(
-            f"{directory} has no {MANIFEST_NAME}: nothing says what its files must be. Fix: let the checkpoint"
+            f"{directory} has no {MANIFEST_NAME}: nothing says what its files must be. Fix: let the"
+            " checkpoint"
             " role (or `pd-checkpoint download`) download it, which records the manifest."
         )
     request = CheckpointRequest(
@@ -321,14 +327,17 @@ def _expected_offline(
     directory = request.directory
     if manifest is None:
         raise CheckpointError(
-            f"checkpoint_offline is true but {directory} has no {MANIFEST_NAME}, so nothing says what its files"
-            " must be. Fix: copy the checkpoint directory including its manifest from a host that downloaded it"
+            f"checkpoint_offline is true but {directory} has no {MANIFEST_NAME}, so nothing says what its"
+            " files"
+            " must be. Fix: copy the checkpoint directory including its manifest from a host that"
+            " downloaded it"
             " (rsync -a), or run once with checkpoint_offline: false against the Hub or a mirror"
             " (checkpoint_hf_endpoint)."
         )
     if manifest.repo_id != request.repo_id:
         raise CheckpointError(
-            f"{directory} holds {manifest.repo_id}, but checkpoint_repo_id is {request.repo_id}. Fix one of them."
+            f"{directory} holds {manifest.repo_id}, but checkpoint_repo_id is {request.repo_id}. Fix one"
+            " of them."
         )
     wanted = request.revision
     if wanted not in (manifest.revision, manifest.revision_requested) and not (
@@ -336,7 +345,8 @@ def _expected_offline(
     ):
         raise CheckpointError(
             f"{directory} holds {manifest.repo_id} at {manifest.revision} (requested as"
-            f" {manifest.revision_requested!r}), but checkpoint_revision is {wanted!r}. Fix: set checkpoint_revision:"
+            f" {manifest.revision_requested!r}), but checkpoint_revision is {wanted!r}. Fix: set"
+            " checkpoint_revision:"
             f" {manifest.revision}, or seed the directory with that revision."
         )
     expected = {
@@ -346,7 +356,9 @@ def _expected_offline(
     return expected, manifest.revision
 
 
-def _expected_online(request: CheckpointRequest, report: CheckpointReport):  # -> tuple[..., str, HubSource]
+def _expected_online(
+    request: CheckpointRequest, report: CheckpointReport
+) -> tuple[dict[str, ExpectedFile], str, HubSource]:
     from pd_appliance.checkpoint.hub import HubSource, transfer_backend
 
     source = HubSource(request.repo_id, endpoint=request.endpoint, token=request.token)
@@ -356,7 +368,8 @@ def _expected_online(request: CheckpointRequest, report: CheckpointReport):  # -
     )
     if not remote:
         raise CheckpointError(
-            f"No file of {request.repo_id}@{commit} matches checkpoint_allow_patterns {request.allow_patterns}"
+            f"No file of {request.repo_id}@{commit} matches checkpoint_allow_patterns"
+            f" {request.allow_patterns}"
             f" / checkpoint_ignore_patterns {request.ignore_patterns}. Fix the patterns."
         )
     report.transfer_backend = transfer_backend()
@@ -432,7 +445,17 @@ def _header_still_parses(local: Path) -> bool:
     return True
 
 
-def _fetch_all(source, request, expected, names, commit, checked, report, uid, gid) -> None:  # noqa: PLR0913
+def _fetch_all(
+    source: HubSource,
+    request: CheckpointRequest,
+    expected: dict[str, ExpectedFile],
+    names: list[str],
+    commit: str,
+    checked: _Verification,
+    report: CheckpointReport,
+    uid: int | None,
+    gid: int | None,
+) -> None:
     directory = request.directory
     partial_dir = directory / PARTIAL_DIR
     partial_dir.mkdir(mode=0o755, exist_ok=True)
@@ -444,8 +467,10 @@ def _fetch_all(source, request, expected, names, commit, checked, report, uid, g
     free = shutil.disk_usage(directory).free
     if needed + request.disk_reserve_bytes > free:
         raise CheckpointError(
-            f"checkpoint_dir {directory} has {free} bytes free; fetching {len(names)} file(s) needs {needed} bytes"
-            f" plus a {request.disk_reserve_bytes}-byte reserve. Fix: free space there, or point checkpoint_dir"
+            f"checkpoint_dir {directory} has {free} bytes free; fetching {len(names)} file(s) needs"
+            f" {needed} bytes"
+            f" plus a {request.disk_reserve_bytes}-byte reserve. Fix: free space there, or point"
+            " checkpoint_dir"
             " (appliance_model_dir) at a larger filesystem."
         )
 
@@ -466,14 +491,24 @@ def _fetch_all(source, request, expected, names, commit, checked, report, uid, g
     report.fetched.sort()
     if still_bad:
         raise CheckpointIntegrityError(
-            f"{len(still_bad)} file(s) of {request.repo_id}@{commit} still fail verification after a re-fetch from"
-            f" {request.endpoint}; the source itself serves wrong bytes (a stale or corrupt mirror?). Fix: re-sync"
+            f"{len(still_bad)} file(s) of {request.repo_id}@{commit} still fail verification after a"
+            " re-fetch from"
+            f" {request.endpoint}; the source itself serves wrong bytes (a stale or corrupt mirror?). Fix:"
+            " re-sync"
             " checkpoint_hf_endpoint, or retry against https://huggingface.co:",
             sorted(still_bad, key=lambda p: p.path),
         )
 
 
-def _fetch_one(source, want: ExpectedFile, commit: str, directory: Path, partial_dir: Path, uid, gid):
+def _fetch_one(
+    source: HubSource,
+    want: ExpectedFile,
+    commit: str,
+    directory: Path,
+    partial_dir: Path,
+    uid: int | None,
+    gid: int | None,
+) -> ManifestEntry | FileProblem:
     """Fetch into the partial file, verify it, and only then rename it over the final name."""
     partial = partial_dir / f"{want.content_key}.part"
     remote = source.files[want.path]
@@ -515,7 +550,7 @@ def _check_structure(
     Shards the patterns deliberately left out (`unselected`) are warned about, not failed.
     """
     problems: list[FileProblem] = []
-    tensors = {}
+    tensors: dict[str, frozenset[str]] = {}
     for path in sorted(expected):
         if path.endswith(".safetensors"):
             try:
@@ -564,7 +599,9 @@ def _chown_if_needed(path: Path, uid: int | None, gid: int | None, *, dry_run: b
     return True
 
 
-def _apply_ownership(directory: Path, expected, uid, gid, *, dry_run: bool) -> bool:
+def _apply_ownership(
+    directory: Path, expected: dict[str, ExpectedFile], uid: int | None, gid: int | None, *, dry_run: bool
+) -> bool:
     if uid is None and gid is None:
         return False
     paths = {directory}

@@ -47,7 +47,7 @@ def configure_hub_environment(*, cache_home: Path | None, offline: bool, xet_hig
 
 
 def transfer_backend() -> str:
-    """ "hf_xet" when the fast Xet backend is importable (used for Xet-stored files), else "http"."""
+    """The backend for Xet-stored files: hf_xet (fast, parallel, chunk-cached) when importable, else http."""
     from huggingface_hub.utils._runtime import is_xet_available
 
     return "hf_xet" if is_xet_available() else "http"
@@ -85,7 +85,8 @@ class HubSource:
             raise self.translate(err, revision=revision) from None
         if not info.sha:
             raise CheckpointError(
-                f"{self.endpoint} returned no commit for {self.repo_id}@{revision}; it does not behave like the"
+                f"{self.endpoint} returned no commit for {self.repo_id}@{revision}; it does not behave"
+                " like the"
                 " Hugging Face Hub. Fix: point checkpoint_hf_endpoint at the Hub or a Hub-compatible mirror."
             )
         return str(info.sha)
@@ -204,19 +205,28 @@ class HubSource:
             server_message = err.server_message or ""
         if isinstance(err, GatedRepoError):
             text = (
-                f"{self.repo_id} is gated on {self.endpoint}. Fix: accept its terms on the Hub with the account"
+                f"{self.repo_id} is gated on {self.endpoint}. Fix: accept its terms on the Hub with the"
+                " account"
                 " that owns checkpoint_hf_token, and set checkpoint_hf_token to that account's read token."
             )
         elif status == 401 and "Invalid credentials" in (server_message or str(err)):
             text = (
-                f"{self.endpoint} rejected checkpoint_hf_token (HTTP 401, invalid credentials) for {where}. Fix: set"
-                " checkpoint_hf_token to a valid read token (https://huggingface.co/settings/tokens), or leave it"
+                f"{self.endpoint} rejected checkpoint_hf_token (HTTP 401, invalid credentials) for"
+                f" {where}. Fix: set"
+                " checkpoint_hf_token to a valid read token (https://huggingface.co/settings/tokens), or"
+                " leave it"
                 " empty for a public repository."
             )
         elif isinstance(err, RevisionNotFoundError):
-            text = f"Revision {revision!r} does not exist in {self.repo_id} on {self.endpoint}. Fix: checkpoint_revision."
+            text = (
+                f"Revision {revision!r} does not exist in {self.repo_id} on {self.endpoint}. Fix:"
+                " checkpoint_revision."
+            )
         elif isinstance(err, RemoteEntryNotFoundError):
-            text = f"{where} is listed but not served by {self.endpoint}. Fix: re-sync the mirror, or retry later."
+            text = (
+                f"{where} is listed but not served by {self.endpoint}. Fix: re-sync the mirror, or retry"
+                " later."
+            )
         elif isinstance(err, RepositoryNotFoundError):
             token_hint = (
                 "checkpoint_hf_token may lack access to it"
@@ -224,11 +234,15 @@ class HubSource:
                 else "set checkpoint_hf_token if it is private"
             )
             text = (
-                f"Repository {self.repo_id} not found on {self.endpoint} ({token_hint}). Fix: checkpoint_repo_id,"
+                f"Repository {self.repo_id} not found on {self.endpoint} ({token_hint}). Fix:"
+                " checkpoint_repo_id,"
                 " checkpoint_hf_endpoint or checkpoint_hf_token."
             )
         elif status == 403:
-            text = f"{self.endpoint} refused {where} (HTTP 403). Fix: give the account of checkpoint_hf_token read access."
+            text = (
+                f"{self.endpoint} refused {where} (HTTP 403). Fix: give the account of checkpoint_hf_token"
+                " read access."
+            )
         elif isinstance(err, httpx2.ConnectError | httpx2.TimeoutException | httpx2.NetworkError):
             text = (
                 f"Cannot reach {self.endpoint} for {where} ({type(err).__name__}: {err}). Fix: set"
@@ -236,7 +250,10 @@ class HubSource:
                 " checkpoint_offline: true."
             )
         elif isinstance(err, HfHubHTTPError):
-            text = f"{self.endpoint} failed on {where} (HTTP {status}: {server_message or err}). Retry, or check the mirror."
+            text = (
+                f"{self.endpoint} failed on {where} (HTTP {status}: {server_message or err}). Retry, or"
+                " check the mirror."
+            )
         else:
             text = f"Fetching {where} from {self.endpoint} failed: {type(err).__name__}: {err}"
         return CheckpointError(self.redact(text))

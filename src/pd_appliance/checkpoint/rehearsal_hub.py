@@ -4,12 +4,12 @@ The Hub cannot be reached from a rehearsal (or CI), so this serves one repositor
 folder through the few endpoints huggingface_hub 2.4.0 calls to download it, with the same
 headers and error codes as the Hub (read from huggingface_hub's source):
 
-- GET  /api/models/{repo_id}[/revision/{rev}]        model info; `sha` is the commit
-- GET  /api/models/{repo_id}/tree/{rev}[/{path}]     tree, `?recursive=&expand=`, Link pagination;
-                                                      files carry oid (git blob id), size, lfs{oid,size,pointerSize}
-- POST /api/models/{repo_id}/paths-info/{rev}        the same entries for the given `paths`
-- HEAD/GET /{repo_id}/resolve/{rev}/{path}           X-Repo-Commit, ETag, X-Linked-Etag/X-Linked-Size for
-                                                      LFS files, Content-Length, Range requests (206)
+- GET  /api/models/{repo_id}[/revision/{rev}]     model info; `sha` is the commit
+- GET  /api/models/{repo_id}/tree/{rev}[/{path}]  tree, `?recursive=&expand=`, Link pagination; files
+                                                  carry oid (git blob id), size, lfs{oid,size,pointerSize}
+- POST /api/models/{repo_id}/paths-info/{rev}     the same entries for the given `paths`
+- HEAD/GET /{repo_id}/resolve/{rev}/{path}        X-Repo-Commit, ETag, X-Linked-Etag/X-Linked-Size for
+                                                  LFS files, Content-Length, Range requests (206)
 - errors: 401 + X-Error-Message "Invalid credentials in Authorization header" for a wrong token,
   404 + X-Error-Code RepoNotFound / RevisionNotFound / EntryNotFound.
 
@@ -128,7 +128,8 @@ def rehearsal_checkpoint_files(layers: int = 2, experts: int = 4, hidden: int = 
             "vocab_size": 512,
             "torch_dtype": "bfloat16",
             "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
-            "pd_appliance_rehearsal": "tiny generated stand-in for nvidia/DeepSeek-V4-Flash-NVFP4, not a model",
+            "pd_appliance_rehearsal": "tiny generated stand-in for nvidia/DeepSeek-V4-Flash-NVFP4, not a"
+            " model",
         }
     )
     files["README.md"] = (
@@ -307,7 +308,7 @@ class _HubHandler(BaseHTTPRequestHandler):
     sys_version = ""
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         log.info("%s: %s %s", LABEL, self.address_string(), format % args)
 
     # -- dispatch

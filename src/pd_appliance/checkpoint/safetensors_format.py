@@ -65,7 +65,8 @@ def read_safetensors_summary(path: Path) -> SafetensorsSummary:
         (header_len,) = struct.unpack("<Q", handle.read(8))
         if header_len > MAX_HEADER_BYTES or 8 + header_len > file_size:
             raise SafetensorsFormatError(
-                f"header length {header_len} does not fit a file of {file_size} bytes (truncated or not safetensors)"
+                f"header length {header_len} does not fit a file of {file_size} bytes (truncated or not"
+                " safetensors)"
             )
         raw = handle.read(header_len)
     try:
@@ -99,7 +100,8 @@ def _tensor_range(name: str, entry: object, data_bytes: int) -> tuple[int, int]:
         raise SafetensorsFormatError(f"tensor {name!r}: data_offsets {offsets} are not ordered")
     if end > data_bytes:
         raise SafetensorsFormatError(
-            f"tensor {name!r} needs data bytes [{begin}, {end}) but the file holds only {data_bytes} (truncated)"
+            f"tensor {name!r} needs data bytes [{begin}, {end}) but the file holds only {data_bytes}"
+            " (truncated)"
         )
     bits = DTYPE_BITS.get(str(dtype))
     if bits is None:
