@@ -65,26 +65,28 @@ def _attend_tile(
 ):
     """Gather one tile of BLOCK_N tokens, dequantize it once, and fold it into all heads."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, 512)
     raw = tl.load(idx_ptr + row.to(tl.int64) * idx_stride + offs_n, mask=offs_n < topk, other=-1)
     valid = (offs_n < valid_len) & (raw >= 0)
     tok = tl.where(valid, raw, 0).to(tl.int64)
     page = tok // page_size
     slot = tok - page * page_size
     data = page * page_bytes + slot * 576  # byte offset of the token's 576 data bytes
-    # 512 FP8 bytes from the token start: 448 nope values, then 64 rope bytes masked off below.
-    k8 = tl.load(fp8_ptr + (data[:, None] + offs_d[None, :]))
-    exps = tl.load(u8_ptr + (page * page_bytes + scale_off + slot * 8)[:, None] + (offs_d // 64)[None, :])
+    # The 512 dims as [token, group of 64, lane]: groups 0..6 are FP8 nope with one UE8M0 exponent
+    # each, group 7 is the BF16 rope. One exponent per (token, group) keeps the scale gather small.
+    grp = tl.arange(0, 8)[None, :, None]
+    lane = tl.arange(0, 64)[None, None, :]
+    is_nope = grp < 7
+    k8 = tl.load(fp8_ptr + (data[:, None, None] + grp * 64 + lane), mask=is_nope, other=0.0)
+    exps = tl.load(
+        u8_ptr + (page * page_bytes + scale_off + slot * 8)[:, None, None] + grp, mask=is_nope, other=0
+    )
     # UE8M0 -> fp32 2**(e - 127) built from its bits (exact; e == 0 gives 0 instead of 2**-127).
     scale = (exps.to(tl.int32) << 23).to(tl.float32, bitcast=True)
-    is_nope = offs_d < 448
-    rope = tl.load(
-        bf16_ptr + ((data // 2 + 224)[:, None] + (offs_d - 448)[None, :]),
-        mask=(offs_d >= 448)[None, :],
-        other=0.0,
-    )
-    k = tl.where(is_nope[None, :], k8.to(tl.float32) * scale, rope.to(tl.float32))
-    k = tl.where(valid[:, None], k, 0.0).to(DOT_DTYPE)
+    rope = tl.load(bf16_ptr + ((data // 2 + 224)[:, None, None] + lane), mask=grp == 7, other=0.0)
+    # FP8 x 2**e is exact in bf16 (and in fp16 for the interpreter's test ranges): no fp32 tile.
+    k3 = tl.where(is_nope, k8.to(DOT_DTYPE) * scale.to(DOT_DTYPE), rope.to(DOT_DTYPE))
+    k3 = tl.where(valid[:, None, None], k3, 0.0)
+    k = tl.reshape(k3, [BLOCK_N, 512])
 
     s = tl.dot(q, tl.trans(k)) * qk_scale_log2  # [BLOCK_H, BLOCK_N], log2 domain
     s = tl.where(valid[None, :], s, float("-inf"))
@@ -92,7 +94,7 @@ def _attend_tile(
     alpha = tl.math.exp2(m_i - m_new)
     p = tl.math.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), k)
+    acc = tl.dot(p.to(DOT_DTYPE), k, acc * alpha[:, None])  # accumulate in place: no second [H, 512]
     return m_new, l_i, acc
 
 
@@ -294,6 +296,8 @@ class LaunchConfig:
 
 
 _SM_COUNT: dict[int, int] = {}
+# The compiled kernels of the latest call (None under the interpreter), for resource checks.
+LAST_LAUNCH: dict[str, object] = {}
 
 
 def _sm_count(device: torch.device) -> int:
@@ -310,21 +314,23 @@ def choose_config(
     num_heads: int,
     total_tiles: int,
     sm_count: int,
-    block_n: int = 32,
-    num_warps: int | None = None,
+    *,
+    block_h: int = 16,
+    block_n: int = 16,
+    num_warps: int = 4,
     num_stages: int = 1,
+    programs_per_sm: int = 2,
     num_splits: int | None = None,
 ) -> LaunchConfig:
-    """Heads per program (16..64), then enough splits of the top-k to fill about one wave."""
-    block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
+    """16 heads x 16 tokens per step (fits sm_120: 48 KB shared, no spills, 2 programs per SM),
+    then enough splits of the top-k that rows x head blocks x splits fills programs_per_sm waves."""
     head_blocks = triton.cdiv(num_heads, block_h)
-    if num_warps is None:
-        num_warps = 8 if block_h == 64 else 4
+    tiles = max(1, total_tiles)
     if num_splits is None:
-        num_splits = max(1, min(total_tiles, sm_count // max(1, rows * head_blocks)))
-    num_splits = max(1, min(num_splits, max(1, total_tiles)))
-    tiles_per_split = triton.cdiv(max(1, total_tiles), num_splits)
-    num_splits = triton.cdiv(max(1, total_tiles), tiles_per_split)
+        num_splits = triton.cdiv(programs_per_sm * sm_count, max(1, rows * head_blocks))
+    num_splits = max(1, min(num_splits, tiles))
+    tiles_per_split = triton.cdiv(tiles, num_splits)
+    num_splits = triton.cdiv(tiles, tiles_per_split)
     return LaunchConfig(block_h, block_n, num_warps, num_stages, num_splits, tiles_per_split)
 
 
@@ -402,10 +408,16 @@ def sparse_mla_decode(
         fp8_2, u8_2, bf16_2, ps2, pb2, idx2, topk2 = fp8_1, u8_1, bf16_1, ps1, pb1, idx1, 0
 
     sm_count = _sm_count(q.device)
-    block_n = config.block_n if config is not None else 32
+    block_n = config.block_n if config is not None else 16
     total_tiles = triton.cdiv(topk1, block_n) + (triton.cdiv(topk2, block_n) if has_extra else 0)
     if config is None:
         config = choose_config(rows, num_heads, total_tiles, sm_count)
+    elif config.num_splits * config.tiles_per_split < total_tiles:
+        raise ValueError(
+            f"config covers {config.num_splits} x {config.tiles_per_split} tiles but the call has "
+            f"{total_tiles} tiles of {block_n} tokens: build it with "
+            f"choose_config(..., total_tiles={total_tiles})"
+        )
     out = torch.empty(batch, s_q, num_heads, HEAD_DIM, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(batch, num_heads, s_q, dtype=torch.float32, device=q.device)
     out3 = out.view(rows, num_heads, HEAD_DIM)
@@ -413,13 +425,15 @@ def sparse_mla_decode(
     if final:
         mid_o = mid_lse = lse
     else:
-        mid_o = torch.empty(rows, num_heads, config.num_splits, HEAD_DIM, dtype=torch.float32, device=q.device)
+        mid_o = torch.empty(
+            rows, num_heads, config.num_splits, HEAD_DIM, dtype=torch.float32, device=q.device
+        )
         mid_lse = torch.empty(rows, num_heads, config.num_splits, dtype=torch.float32, device=q.device)
     dummy_i32 = idx1
     sink = attn_sink if attn_sink is not None else lse
     grid = (triton.cdiv(num_heads, config.block_h), config.num_splits, rows)
     kwargs = {} if interpret else {"num_warps": config.num_warps, "num_stages": config.num_stages}
-    _split_kernel[grid](
+    LAST_LAUNCH["split"] = _split_kernel[grid](
         q3, q3.stride(0), q3.stride(1),
         idx1, idx1.stride(0), topk1, topk_length if topk_length is not None else dummy_i32,
         fp8_1, u8_1, bf16_1, ps1, pb1, ps1 * TOKEN_DATA_BYTES,
@@ -440,9 +454,10 @@ def sparse_mla_decode(
         EMULATE_RNE=interpret,
         **kwargs,
     )  # fmt: skip
+    LAST_LAUNCH.pop("combine", None)
     if not final:
         block_hc = min(16, triton.next_power_of_2(num_heads))
-        _combine_kernel[(triton.cdiv(num_heads, block_hc), rows)](
+        LAST_LAUNCH["combine"] = _combine_kernel[(triton.cdiv(num_heads, block_hc), rows)](
             mid_o, mid_lse, sink, out3, out3.stride(0), out3.stride(1),
             lse, num_heads, s_q, config.num_splits,
             HAS_SINK=attn_sink is not None,
@@ -466,6 +481,7 @@ def floor_bytes_flops(
 
 __all__ = [
     "HEAD_DIM",
+    "LAST_LAUNCH",
     "LaunchConfig",
     "choose_config",
     "floor_bytes_flops",
