@@ -1,0 +1,212 @@
+"""Render the serving role for the lab inventory (and a two-host variant) and read it back.
+
+ansible-playbook runs playbooks/serve.yml with --tags serving_render on this machine (connection
+local, paths under a temporary appliance_root, the lab's 8 GPUs given as NVML-shaped facts), so
+nothing is started. The rendered files are parsed with supervisor's own parsers and asserted on:
+exact argv, GPU sets, NUMA binding, environment, and that secrets stay out of them.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import shlex
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+from supervisor.datatypes import dict_of_key_value_pairs
+from supervisor.options import UnhosedConfigParser
+
+from conftest import run_playbook
+from pd_appliance.simulated import simulated_gpu
+
+pytestmark = pytest.mark.slow
+
+HF_TOKEN = "hf_lab_SECRET_token"
+API_KEY = "router-SECRET-key"
+LAB_GPUS = [dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False) for i in range(8)]
+
+
+def _owner_vars(root: Path) -> dict:
+    user = pwd.getpwuid(os.getuid()).pw_name
+    group = grp.getgrgid(os.getgid()).gr_name
+    return {
+        "ansible_connection": "local", "ansible_become": False,
+        "ansible_python_interpreter": os.sys.executable,
+        "appliance_root": str(root), "pd_gpus": LAB_GPUS,
+        "serving_config_owner": user, "serving_config_group": group, "serving_secrets_owner": user,
+        "serving_supervisor_socket_owner": user,
+        "serving_supervisor_manager": "systemd",
+        "serving_supervisor_unit_path": str(root / "etc/systemd/system/pd-appliance-supervisor.service"),
+        "serving_hf_token": HF_TOKEN, "serving_router_api_key": API_KEY, "serving_render_only": True,
+    }  # fmt: skip
+
+
+def _program(conf: Path, name: str) -> dict:
+    parser = UnhosedConfigParser()
+    parser.read_string(conf.read_text())
+    section = f"program:{name}"
+    get = lambda key: parser.get(section, key) % {}  # noqa: E731 - supervisor's %-expansion
+    return {
+        "argv": shlex.split(get("command")),
+        "env": dict_of_key_value_pairs(get("environment")),
+        **{k: get(k) for k in ("user", "priority", "stopwaitsecs", "stopasgroup", "killasgroup",
+                               "autorestart", "startsecs", "stdout_logfile", "stdout_logfile_maxbytes")},
+        "text": conf.read_text(),
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, repo_root) -> Path:
+    root = tmp_path_factory.mktemp("lab") / "root"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    extra = tmp_path_factory.mktemp("vars") / "vars.json"
+    extra.write_text(json.dumps(_owner_vars(root)))
+    result = run_playbook("playbooks/serve.yml", repo_root / "inventory/lab", "--tags", "serving_render",
+                          "-e", f"@{extra}", timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    return root
+
+
+def test_lab_prefill_command_gpus_and_numa(lab: Path) -> None:
+    p = _program(lab / "etc/pd-appliance/supervisor/conf.d/prefill.conf", "prefill")
+    tools, sglang = f"{lab}/opt/pd-appliance/tools/bin/python", f"{lab}/opt/pd-appliance/sglang/bin/python"
+    assert p["argv"] == [
+        tools, "-m", "pd_appliance.serving.launch",
+        f"--env-file={lab}/etc/pd-appliance/serving/prefill.env", "--",
+        "/usr/bin/numactl", "--cpunodebind=0", "--membind=0", "--",
+        sglang, "-m", "sglang.launch_server", "--model-path", f"{lab}/srv/models/DeepSeek-V4-Flash-NVFP4",
+        "--served-model-name", "dsv4-flash", "--trust-remote-code", "--tp-size", "4", "--host", "127.0.0.1",
+        "--port", "30000", "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "nixl",
+        "--disaggregation-bootstrap-port", "8998", "--moe-runner-backend", "flashinfer_cutlass",
+        "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.88", "--enable-metrics",
+        "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", "--log-level", "info",
+    ]  # fmt: skip
+    assert p["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert p["env"]["UCX_TLS"] == "cuda_ipc,cuda_copy,sm,self,tcp"
+    assert p["env"]["SGLANG_DISAGGREGATION_NIXL_BACKEND"] == "UCX"
+    assert "SGLANG_SM120_FLASHMLA_BACKEND" not in p["env"]
+    assert p["user"] == "pd-appliance" and p["priority"] == "100"
+    assert (p["stopasgroup"], p["killasgroup"], p["autorestart"]) == ("true", "true", "true")
+    assert int(p["stopwaitsecs"]) >= 60 and p["stdout_logfile"] == f"{lab}/var/log/pd-appliance/prefill.log"
+    assert "NUMA node(s) 0: /usr/bin/numactl --cpunodebind=0 --membind=0" in p["text"]
+    assert "\n    --tp-size 4" in p["text"], "the command line is rendered one flag per line"
+
+
+def test_lab_decode_is_pinned_to_the_other_node(lab: Path) -> None:
+    d = _program(lab / "etc/pd-appliance/supervisor/conf.d/decode.conf", "decode")
+    assert d["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert d["argv"][5:9] == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1", "--"]
+    argv = d["argv"]
+    assert argv[argv.index("--disaggregation-mode") + 1] == "decode"
+    assert argv[argv.index("--port") + 1] == "30001"
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "32"
+    assert "--disaggregation-bootstrap-port" not in argv
+
+
+def test_lab_router_waits_for_workers_and_keeps_the_key_out(lab: Path) -> None:
+    r = _program(lab / "etc/pd-appliance/supervisor/conf.d/router.conf", "router")
+    argv = r["argv"]
+    assert argv[:4] == [f"{lab}/opt/pd-appliance/tools/bin/python", "-m", "pd_appliance.serving.launch",
+                        f"--env-file={lab}/etc/pd-appliance/serving/router.env"]  # fmt: skip
+    assert "--secret-arg=--api-key=SERVING_ROUTER_API_KEY" in argv
+    assert (
+        "--wait-for=http://192.0.2.10:30000/health" in argv
+        and "--wait-for=http://192.0.2.10:30001/health" in argv
+    )
+    smg = argv[argv.index("--") + 1 :]
+    assert smg[:9] == [f"{lab}/opt/pd-appliance/router/bin/smg", "launch", "--pd-disaggregation",
+                       "--prefill", "http://192.0.2.10:30000", "8998", "--decode", "http://192.0.2.10:30001",
+                       "--host"]  # fmt: skip
+    assert smg[smg.index("--port") + 1] == "8000" and smg[smg.index("--prometheus-port") + 1] == "29000"
+    assert "--api-key" not in smg
+    assert int(r["stopwaitsecs"]) > 30 and r["priority"] == "200"
+
+
+def test_secrets_only_in_0600_env_files(lab: Path) -> None:
+    for conf in (lab / "etc/pd-appliance").rglob("*.conf"):
+        text = conf.read_text()
+        assert HF_TOKEN not in text and API_KEY not in text, conf
+    env_dir = lab / "etc/pd-appliance/serving"
+    assert f"HF_TOKEN={HF_TOKEN}" in (env_dir / "prefill.env").read_text()
+    assert f"SERVING_ROUTER_API_KEY={API_KEY}" in (env_dir / "router.env").read_text()
+    assert API_KEY not in (env_dir / "decode.env").read_text()
+    for env_file in env_dir.glob("*.env"):
+        assert stat.S_IMODE(env_file.stat().st_mode) == 0o600, env_file
+
+
+def test_supervisord_socket_systemd_unit_and_wrapper(lab: Path) -> None:
+    parser = UnhosedConfigParser()
+    parser.read_string((lab / "etc/pd-appliance/supervisor/supervisord.conf").read_text())
+    assert parser.get("unix_http_server", "chmod") == "0770"
+    assert parser.get("unix_http_server", "file") == f"{lab}/run/pd-appliance/supervisor.sock"
+    assert not parser.has_section("inet_http_server")
+    assert parser.get("rpcinterface:pd_appliance", "supervisor.rpcinterface_factory").endswith(
+        "make_rpcinterface"
+    )
+    group = UnhosedConfigParser()
+    group.read_string((lab / "etc/pd-appliance/supervisor/conf.d/00-group-pd.conf").read_text())
+    assert group.get("group:pd", "programs") == "prefill,decode,router"
+    unit = (lab / "etc/systemd/system/pd-appliance-supervisor.service").read_text()
+    assert f"ExecStart={lab}/opt/pd-appliance/tools/bin/supervisord --nodaemon -c" in unit
+    assert "KillMode=mixed" in unit and "LimitMEMLOCK=infinity" in unit
+    wrapper = (lab / "usr/local/bin/supervisorctl").read_text()
+    assert f"-c {lab}/etc/pd-appliance/supervisor/supervisord.conf" in wrapper
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory, repo_root) -> Path:
+    base = tmp_path_factory.mktemp("twohost")
+    inventory = {
+        "pd_appliance": {
+            "children": {
+                "prefill": {"hosts": {"gpu-prefill-01": None}},
+                "decode": {"hosts": {"gpu-decode-01": None}},
+                "router": {"hosts": {"gpu-prefill-01": None}},
+            },
+            "hosts": {
+                "gpu-prefill-01": {"ansible_host": "192.0.2.11", "appliance_root": str(base / "p"),
+                                   "serving_prefill_gpus": [0, 1, 2, 3]},
+                "gpu-decode-01": {"ansible_host": "192.0.2.12", "appliance_root": str(base / "d"),
+                                  "serving_decode_gpus": [4, 5, 6, 7]},
+            },
+            "vars": {"appliance_mode": "lab", "serving_worker_bind_host": "0.0.0.0",
+                     "serving_ucx_net_devices": "mlx5_0:1", "serving_ib_device": "mlx5_0"},
+        }
+    }  # fmt: skip
+    (base / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    owner = _owner_vars(base / "unused")
+    for key in ("appliance_root", "serving_supervisor_unit_path"):
+        owner.pop(key)
+    owner["serving_supervisor_manager"] = "direct"
+    extra = base / "vars.json"
+    extra.write_text(json.dumps(owner))
+    result = run_playbook("playbooks/serve.yml", base / "hosts.yml", "--tags", "serving_render",
+                          "-e", f"@{extra}", timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    return base
+
+
+def test_two_host_router_and_network_kv_settings(two_hosts: Path) -> None:
+    conf_d = "etc/pd-appliance/supervisor/conf.d"
+    assert sorted(p.name for p in (two_hosts / "p" / conf_d).glob("*.conf")) == [
+        "00-group-pd.conf", "prefill.conf", "router.conf"]  # fmt: skip
+    assert sorted(p.name for p in (two_hosts / "d" / conf_d).glob("*.conf")) == [
+        "00-group-pd.conf",
+        "decode.conf",
+    ]
+    router = _program(two_hosts / "p" / conf_d / "router.conf", "router")["argv"]
+    smg = router[router.index("--") + 1 :]
+    assert smg[2:8] == ["--pd-disaggregation", "--prefill", "http://192.0.2.11:30000", "8998",
+                        "--decode", "http://192.0.2.12:30001"]  # fmt: skip
+    decode = _program(two_hosts / "d" / conf_d / "decode.conf", "decode")
+    assert decode["env"]["UCX_NET_DEVICES"] == "mlx5_0:1"
+    assert decode["env"]["UCX_TLS"].startswith("rc,")
+    assert decode["argv"][decode["argv"].index("--host") + 1] == "0.0.0.0"
+    assert decode["argv"][decode["argv"].index("--disaggregation-ib-device") + 1] == "mlx5_0"
+    assert decode["argv"][5:9] == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1", "--"]
