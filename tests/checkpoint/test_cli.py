@@ -48,3 +48,28 @@ def test_verify_reports_progress_and_catches_a_flipped_byte(hub, make_request):
 def test_verify_without_manifest_explains(tmp_path):
     result = pd_checkpoint("verify", str(tmp_path))
     assert result.returncode == 1 and "has no .pd-appliance-manifest.json" in result.stderr
+
+
+def test_download_subcommand_takes_the_token_from_the_environment(repo_dir, repo_id, tmp_path):
+    from pd_appliance.checkpoint.rehearsal_hub import RehearsalHub
+
+    target = tmp_path / "cli-model"
+    with RehearsalHub(repo_dir, repo_id, required_token="hf_cliToken") as hub:
+        args = (
+            "download",
+            "--repo-id",
+            repo_id,
+            "--revision",
+            "main",
+            "--dir",
+            str(target),
+            "--endpoint",
+            hub.url,
+        )
+        denied = pd_checkpoint(*args)
+        assert denied.returncode == 1 and "checkpoint_hf_token" in denied.stderr
+        env = dict(os.environ, HF_TOKEN="hf_cliToken")
+        script = shutil.which("pd-checkpoint", path=str(Path(sys.executable).parent))
+        ok = subprocess.run([script, *args], capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "downloaded and verified" in ok.stdout and (target / ".pd-appliance-manifest.json").exists()

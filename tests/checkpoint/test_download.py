@@ -246,3 +246,32 @@ def test_check_mode_reports_without_touching(hub, make_request):
     report = ensure_checkpoint(request)
     assert report.changed and sorted(report.would_fetch) == sorted(hub.repo.files)
     assert list(request.directory.iterdir()) == []
+
+
+def test_not_enough_disk_is_refused_before_fetching(hub, make_request):
+    request = make_request(hub.url, disk_reserve_bytes=1 << 60)
+    with pytest.raises(CheckpointError, match=r"checkpoint_dir .* bytes free; fetching 5 file\(s\)"):
+        ensure_checkpoint(request)
+    assert downloads(hub) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing ownership needs root")
+def test_ownership_goes_to_the_service_user(hub, make_request):
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no 'nobody' account")
+    import grp
+
+    group = grp.getgrgid(nobody.pw_gid).gr_name
+    first = ensure_checkpoint(make_request(hub.url, owner="nobody", group=group))
+    target = Path(first.directory)
+    assert first.ownership_changed
+    for path in [target, target / MANIFEST_NAME, *(target / name for name in hub.repo.files)]:
+        assert (path.stat().st_uid, path.stat().st_gid) == (nobody.pw_uid, nobody.pw_gid), path
+    again = ensure_checkpoint(make_request(hub.url, owner="nobody", group=group))
+    assert not again.changed and not again.ownership_changed
+    with pytest.raises(CheckpointError, match="appliance_user 'no-such-user-x' does not exist"):
+        ensure_checkpoint(make_request(hub.url, owner="no-such-user-x"))

@@ -213,9 +213,8 @@ def ensure_checkpoint(
         if request.offline:
             raise CheckpointIntegrityError(
                 f"checkpoint_offline is true, so nothing is fetched, and {len(checked.problems)} file(s) in"
-                f" {directory} fail verification against {MANIFEST_NAME}. Fix: restore them from a"
-                " verified copy,"
-                " or run with checkpoint_offline: false to re-fetch them:",
+                f" {directory} fail verification against {MANIFEST_NAME}. Fix: restore them from a verified"
+                " copy, or run with checkpoint_offline: false to re-fetch them:",
                 sorted(checked.problems.values(), key=lambda p: p.path),
             )
         names = sorted(checked.problems)
@@ -232,7 +231,10 @@ def ensure_checkpoint(
     new_manifest = Manifest(
         repo_id=request.repo_id,
         revision=commit,
-        revision_requested=request.revision,
+        # Offline proves the same revision again: keep the name it was downloaded under.
+        revision_requested=old_manifest.revision_requested
+        if request.offline and old_manifest
+        else request.revision,
         endpoint=request.endpoint if not request.offline else (old_manifest.endpoint if old_manifest else ""),
         files=checked.entries,
         unselected=sorted(unselected),
@@ -246,8 +248,7 @@ def ensure_checkpoint(
     if report.extra_files:
         report.warnings.append(
             f"{len(report.extra_files)} file(s) in {directory} are not part of {request.repo_id}@{commit}"
-            " and were"
-            f" left alone (first: {report.extra_files[0]})"
+            f" and were left alone (first: {report.extra_files[0]})"
         )
     if not request.offline and not COMMIT_RE.match(request.revision):
         report.warnings.append(
@@ -274,8 +275,7 @@ def verify_directory(
     if manifest is None:
         raise CheckpointError(
             f"{directory} has no {MANIFEST_NAME}: nothing says what its files must be. Fix: let the"
-            " checkpoint"
-            " role (or `pd-checkpoint download`) download it, which records the manifest."
+            " checkpoint role (or `pd-checkpoint download`) download it, which records the manifest."
         )
     request = CheckpointRequest(
         repo_id=manifest.repo_id,
@@ -328,16 +328,14 @@ def _expected_offline(
     if manifest is None:
         raise CheckpointError(
             f"checkpoint_offline is true but {directory} has no {MANIFEST_NAME}, so nothing says what its"
-            " files"
-            " must be. Fix: copy the checkpoint directory including its manifest from a host that"
-            " downloaded it"
-            " (rsync -a), or run once with checkpoint_offline: false against the Hub or a mirror"
-            " (checkpoint_hf_endpoint)."
+            " files must be. Fix: copy the checkpoint directory including its manifest from a host that"
+            " downloaded it (rsync -a), or run once with checkpoint_offline: false against the Hub or a"
+            " mirror (checkpoint_hf_endpoint)."
         )
     if manifest.repo_id != request.repo_id:
         raise CheckpointError(
-            f"{directory} holds {manifest.repo_id}, but checkpoint_repo_id is {request.repo_id}. Fix one"
-            " of them."
+            f"{directory} holds {manifest.repo_id}, but checkpoint_repo_id is {request.repo_id}. Fix one of"
+            " them."
         )
     wanted = request.revision
     if wanted not in (manifest.revision, manifest.revision_requested) and not (
@@ -346,8 +344,7 @@ def _expected_offline(
         raise CheckpointError(
             f"{directory} holds {manifest.repo_id} at {manifest.revision} (requested as"
             f" {manifest.revision_requested!r}), but checkpoint_revision is {wanted!r}. Fix: set"
-            " checkpoint_revision:"
-            f" {manifest.revision}, or seed the directory with that revision."
+            f" checkpoint_revision: {manifest.revision}, or seed the directory with that revision."
         )
     expected = {
         path: ExpectedFile(path, entry.size, entry.sha256, entry.git_blob_id, entry.lfs)
@@ -369,8 +366,8 @@ def _expected_online(
     if not remote:
         raise CheckpointError(
             f"No file of {request.repo_id}@{commit} matches checkpoint_allow_patterns"
-            f" {request.allow_patterns}"
-            f" / checkpoint_ignore_patterns {request.ignore_patterns}. Fix the patterns."
+            f" {request.allow_patterns} / checkpoint_ignore_patterns {request.ignore_patterns}. Fix the"
+            " patterns."
         )
     report.transfer_backend = transfer_backend()
     expected = {
@@ -467,11 +464,9 @@ def _fetch_all(
     free = shutil.disk_usage(directory).free
     if needed + request.disk_reserve_bytes > free:
         raise CheckpointError(
-            f"checkpoint_dir {directory} has {free} bytes free; fetching {len(names)} file(s) needs"
-            f" {needed} bytes"
-            f" plus a {request.disk_reserve_bytes}-byte reserve. Fix: free space there, or point"
-            " checkpoint_dir"
-            " (appliance_model_dir) at a larger filesystem."
+            f"checkpoint_dir {directory} has {free} bytes free; fetching {len(names)} file(s) needs {needed}"
+            f" bytes plus a {request.disk_reserve_bytes}-byte reserve. Fix: free space there, or point"
+            " checkpoint_dir (appliance_model_dir) at a larger filesystem."
         )
 
     def fetch(name: str) -> tuple[str, ManifestEntry | FileProblem]:
@@ -492,10 +487,8 @@ def _fetch_all(
     if still_bad:
         raise CheckpointIntegrityError(
             f"{len(still_bad)} file(s) of {request.repo_id}@{commit} still fail verification after a"
-            " re-fetch from"
-            f" {request.endpoint}; the source itself serves wrong bytes (a stale or corrupt mirror?). Fix:"
-            " re-sync"
-            " checkpoint_hf_endpoint, or retry against https://huggingface.co:",
+            f" re-fetch from {request.endpoint}; the source itself serves wrong bytes (a stale or corrupt"
+            " mirror?). Fix: re-sync checkpoint_hf_endpoint, or retry against https://huggingface.co:",
             sorted(still_bad, key=lambda p: p.path),
         )
 
@@ -565,8 +558,8 @@ def _check_structure(
             warnings.extend(left_out)
     if problems:
         raise CheckpointIntegrityError(
-            f"The checkpoint at {commit} matches its source byte for byte but is not loadable; the repository"
-            " itself is broken at this revision. Fix: choose another checkpoint_revision:",
+            f"The checkpoint at {commit} matches its source byte for byte but is not loadable; the"
+            " repository itself is broken at this revision. Fix: choose another checkpoint_revision:",
             problems,
         )
 

@@ -85,9 +85,9 @@ class HubSource:
             raise self.translate(err, revision=revision) from None
         if not info.sha:
             raise CheckpointError(
-                f"{self.endpoint} returned no commit for {self.repo_id}@{revision}; it does not behave"
-                " like the"
-                " Hugging Face Hub. Fix: point checkpoint_hf_endpoint at the Hub or a Hub-compatible mirror."
+                f"{self.endpoint} returned no commit for {self.repo_id}@{revision}; it does not behave like"
+                " the Hugging Face Hub. Fix: point checkpoint_hf_endpoint at the Hub or a Hub-compatible"
+                " mirror."
             )
         return str(info.sha)
 
@@ -206,16 +206,14 @@ class HubSource:
         if isinstance(err, GatedRepoError):
             text = (
                 f"{self.repo_id} is gated on {self.endpoint}. Fix: accept its terms on the Hub with the"
-                " account"
-                " that owns checkpoint_hf_token, and set checkpoint_hf_token to that account's read token."
+                " account that owns checkpoint_hf_token, and set checkpoint_hf_token to that account's read"
+                " token."
             )
         elif status == 401 and "Invalid credentials" in (server_message or str(err)):
             text = (
-                f"{self.endpoint} rejected checkpoint_hf_token (HTTP 401, invalid credentials) for"
-                f" {where}. Fix: set"
-                " checkpoint_hf_token to a valid read token (https://huggingface.co/settings/tokens), or"
-                " leave it"
-                " empty for a public repository."
+                f"{self.endpoint} rejected checkpoint_hf_token (HTTP 401, invalid credentials) for {where}."
+                " Fix: set checkpoint_hf_token to a valid read token"
+                " (https://huggingface.co/settings/tokens), or leave it empty for a public repository."
             )
         elif isinstance(err, RevisionNotFoundError):
             text = (
@@ -235,8 +233,7 @@ class HubSource:
             )
             text = (
                 f"Repository {self.repo_id} not found on {self.endpoint} ({token_hint}). Fix:"
-                " checkpoint_repo_id,"
-                " checkpoint_hf_endpoint or checkpoint_hf_token."
+                " checkpoint_repo_id, checkpoint_hf_endpoint or checkpoint_hf_token."
             )
         elif status == 403:
             text = (
