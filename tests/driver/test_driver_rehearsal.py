@@ -1,0 +1,111 @@
+"""nvidia_driver + cuda_toolkit in rehearsal, through ansible-playbook: simulated facts, rendered files,
+the facts assertions failing with their fix, and nvml_facts' no-driver path on this GPU-less machine."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_playbook
+
+pytestmark = pytest.mark.slow
+
+PLAY = """
+- name: Driver stage in rehearsal
+  hosts: prefill
+  gather_facts: true
+  roles:
+    - role: appliance_defaults
+    - role: nvidia_driver
+    - role: cuda_toolkit
+  tasks:
+    - name: Keep the facts for the test
+      ansible.builtin.copy:
+        dest: "{{ out }}"
+        content: >-
+          {{ {'pd_gpus': pd_gpus, 'driver': pd_gpu_driver_version, 'topology': pd_gpu_topology} | to_json }}
+        mode: "0644"
+"""
+
+NO_DRIVER = """
+- name: nvml_facts on a machine without a driver
+  hosts: prefill
+  gather_facts: false
+  tasks:
+    - name: Gather NVML facts for real
+      nvml_facts:
+      register: facts
+      ignore_errors: true
+    - name: Keep the result
+      ansible.builtin.copy:
+        dest: "{{ out }}"
+        content: "{{ facts | to_json }}"
+        mode: "0644"
+"""
+
+
+def _flat(text: str) -> str:
+    """Ansible's YAML callback wraps long messages; compare with whitespace collapsed."""
+    return " ".join(text.split())
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_rehearsal_reports_simulated_gpus_and_renders_the_files(
+    tmp_path: Path, rehearsal_inventory_copy: Path
+) -> None:
+    out = tmp_path / "facts.json"
+    done = run_playbook(_write(tmp_path, "play.yml", PLAY), rehearsal_inventory_copy, "-e", f"out={out}")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "apt repository and a GPU are unavailable -> rendering the apt source" in _flat(done.stdout)
+    facts = json.loads(out.read_text())
+    assert len(facts["pd_gpus"]) == 8 and all(g["simulated"] for g in facts["pd_gpus"])
+    assert facts["driver"] == "580.159.04"
+    assert facts["topology"]["link"][0][7] == "SYS"
+    root = rehearsal_inventory_copy.parent.parent / ".rehearsal" / "root"
+    sources = (root / "etc/apt/sources.list.d/pd-appliance-cuda.sources").read_text()
+    assert "URIs: https://developer.download.nvidia.com/compute/cuda/repos/" in sources
+    assert (
+        "Pin: version 580.159.04-*"
+        in (root / "etc/apt/preferences.d/pd-appliance-nvidia-driver.pref").read_text()
+    )
+    assert "blacklist nouveau" in (root / "etc/modprobe.d/pd-appliance-blacklist-nouveau.conf").read_text()
+    assert f"CUDA_HOME={root}/usr/local/cuda-13.0" in (root / "etc/pd-appliance/cuda.env").read_text()
+    second = run_playbook(_write(tmp_path, "play.yml", PLAY), rehearsal_inventory_copy, "-e", f"out={out}")
+    assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-3000:]
+
+
+def test_wrong_compute_capability_fails_naming_the_variable(
+    tmp_path: Path, rehearsal_inventory_copy: Path
+) -> None:
+    done = run_playbook(
+        _write(tmp_path, "play.yml", PLAY),
+        rehearsal_inventory_copy,
+        "-e",
+        f"out={tmp_path / 'x.json'}",
+        "-e",
+        "nvidia_driver_expected_compute_capability=9.0",
+    )
+    assert done.returncode != 0
+    assert "compute capabilities 12.0 (expected 9.0)" in _flat(done.stdout)
+    assert "nvidia_driver_expected_*" in _flat(done.stdout)
+
+
+def test_nvml_facts_without_a_driver_names_the_cause(tmp_path: Path, rehearsal_inventory_copy: Path) -> None:
+    out = tmp_path / "result.json"
+    done = run_playbook(_write(tmp_path, "play.yml", NO_DRIVER), rehearsal_inventory_copy, "-e", f"out={out}")
+    assert done.returncode == 0, done.stdout[-3000:]
+    result = json.loads(out.read_text())
+    assert result["failed"] is True
+    # Without a GPU on the PCI bus the cause is no_gpu; a GPU host without a driver says no_driver.
+    has_gpu = any(p.read_text().strip() == "0x10de" for p in Path("/sys/bus/pci/devices").glob("*/vendor"))
+    expected = "no_driver" if has_gpu else "no_gpu"
+    assert result["cause"] == expected and result["fix"]
+    assert (ROOT / "plugins/modules/nvml_facts.py").exists()
