@@ -157,12 +157,21 @@ class OpenAIStreamDouble:
 async def _serve_forever(args: argparse.Namespace) -> None:
     double = OpenAIStreamDouble(
         DoubleConfig(
-            ttft_s=args.ttft_ms / 1000, tpot_s=args.tpot_ms / 1000, tokens_per_chunk=args.tokens_per_chunk
+            ttft_s=args.ttft_ms / 1000,
+            tpot_s=args.tpot_ms / 1000,
+            tokens_per_chunk=args.tokens_per_chunk,
+            probe_answer=args.probe_answer,
+            fail_requests=_numbers(args.fail_requests),
+            hang_requests=_numbers(args.hang_requests),
         )
     )
     await double.start(port=args.port)
     print(double.port, flush=True)
     await asyncio.Event().wait()
+
+
+def _numbers(text: str) -> set[int]:
+    return {int(n) for n in text.split(",") if n.strip()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -171,13 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ttft-ms", type=float, default=0.0)
     parser.add_argument("--tpot-ms", type=float, default=0.0)
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    parser.add_argument("--probe-answer", default=PROBE_ANSWER)
+    parser.add_argument("--fail-requests", default="", help="request numbers answered HTTP 500, e.g. 3,7")
+    parser.add_argument("--hang-requests", default="", help="request numbers that stall after one chunk")
     args = parser.parse_args(argv)
-    try:
-        import uvloop  # type: ignore[import-not-found]
-
-        uvloop.install()
-    except ImportError:
-        pass
     asyncio.run(_serve_forever(args))
 
 

@@ -171,6 +171,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 f"{_pcts(p.get('ttft_ms'))} | {_pcts(p.get('tpot_ms'))} | {_pcts(p.get('itl_ms'))} | "
                 f"{_fmt(p['wall_s'], 2)} |"
             )
+    overrides = [m for m in report["variants"] if m.get("env_hooks")]
+    if overrides:
+        lines += ["", "Variant env-hook overrides (merged over the deployed hooks):", ""]
+        for m in overrides:
+            hooks = json.dumps(m["env_hooks"], sort_keys=True)
+            note = f" — {m['description']}" if m.get("description") else ""
+            lines.append(f"- **{m.get('variant')}**: `{hooks}`{note}")
     selection = report.get("selection")
     if selection:
         lines += [

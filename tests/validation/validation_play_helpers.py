@@ -1,0 +1,55 @@
+"""Helpers for the validation play tests: the OpenAI test double in a process, the play's -e vars."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLE = ROOT / "tests" / "bench" / "openai_stream_double.py"
+
+# tests/conftest.py by path: several conftest modules exist, so "import conftest" is ambiguous.
+_spec = importlib.util.spec_from_file_location("pd_tests_root_conftest", ROOT / "tests" / "conftest.py")
+assert _spec is not None and _spec.loader is not None
+_root_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_root_conftest)
+run_playbook = _root_conftest.run_playbook
+
+
+class DoubleProcess:
+    """The OpenAI streaming test double in its own process (the play's modules are other processes)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(DOUBLE), "--port", "0", *args], stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def validation_extra_vars(tmp_path: Path, url: str, **overrides: object) -> list[str]:
+    """-e arguments: the checkout's venv as tools python, a small workload, artifacts under tmp_path."""
+    values: dict[str, object] = {
+        "validation_router_url": url,
+        "appliance_tools_venv": str(Path(sys.executable).parent.parent),
+        "appliance_router_venv": str(Path(sys.executable).parent.parent),
+        "validation_artifacts_dir": str(tmp_path / "artifacts"),
+        "validation_concurrency": [1, 16],
+        "validation_num_requests": [4, 32],
+        "validation_input_len": 64,
+        "validation_output_len": 16,
+        "validation_ready_timeout_s": 10,
+        "validation_request_timeout_s": 5,
+        "validation_min_output_tok_s_bs1": 1.0,
+        "validation_min_output_tok_s_c16": 1.0,
+    }
+    values.update(overrides)
+    return ["-e", json.dumps(values)]
