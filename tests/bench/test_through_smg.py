@@ -1,0 +1,110 @@
+"""The client through the real router: smg 1.13.0 in PD mode in front of two pd-sim-worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pd_appliance.bench.runner import measure_sync, plan_from_lists
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+SIM_TTFT_MS, SIM_TPOT_MS = 30.0, 4.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} did not answer 200 within {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def router_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not (BIN / "smg").exists() or not (BIN / "pd-sim-worker").exists():
+        pytest.fail(f"smg and pd-sim-worker must be installed in {BIN} (pip install -e '.[dev]')")
+    logs = tmp_path_factory.mktemp("smg")
+    prefill, decode, bootstrap, router, metrics = (free_port() for _ in range(5))
+    env = dict(
+        os.environ,
+        PD_SIM_TTFT_MS=str(SIM_TTFT_MS),
+        PD_SIM_TPOT_MS=str(SIM_TPOT_MS),
+        PD_SIM_CANNED_COMPLETIONS_JSON=json.dumps({"The capital of France is": " Paris."}),
+    )
+    sim = [BIN / "pd-sim-worker", "--served-model-name", "dsv4-flash", "--host", "127.0.0.1"]
+    router_args = f"""
+        launch --pd-disaggregation --policy round_robin
+        --prefill http://127.0.0.1:{prefill} {bootstrap} --decode http://127.0.0.1:{decode}
+        --host 127.0.0.1 --port {router} --health-check-interval-secs 1
+        --prometheus-host 127.0.0.1 --prometheus-port {metrics}
+    """.split()
+    cmds = {
+        "prefill": [
+            *sim,
+            "--port",
+            prefill,
+            "--disaggregation-mode",
+            "prefill",
+            "--disaggregation-bootstrap-port",
+            bootstrap,
+        ],
+        "decode": [*sim, "--port", decode, "--disaggregation-mode", "decode"],
+        "router": [BIN / "smg", *router_args],
+    }
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for name, cmd in cmds.items():
+            if name == "router":
+                wait_http(f"http://127.0.0.1:{prefill}/health")
+                wait_http(f"http://127.0.0.1:{decode}/health")
+            log = (logs / f"{name}.log").open("wb")
+            procs.append(
+                subprocess.Popen([str(c) for c in cmd], env=env, stdout=log, stderr=subprocess.STDOUT)
+            )
+        yield f"http://127.0.0.1:{router}"
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=20)
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_probe_and_figures_through_smg(router_url: str, api: str) -> None:
+    plan = plan_from_lists(router_url, [1, 8], [4, 16], 64, 32, None, api, 30.0, ready_timeout_s=60)
+    result = measure_sync(plan, keep_records=True)
+    assert result["ready"]["ready"] is True and result["ready"]["path"] == "/readiness"
+    assert result["probe"]["passed"] is True, result["probe"]
+    assert result["model"] == "dsv4-flash"
+    bs1, c8 = result["phases"]
+    for phase in (bs1, c8):
+        assert phase["errors"] == 0, phase["error_samples"]
+        assert phase["token_count_source"] == "usage"
+        assert phase["output_tokens"] == phase["requests"] * 32
+    # The simulator's timing shows through the router: TPOT >= its per-token time, TTFT >= its prefill.
+    assert SIM_TPOT_MS <= bs1["tpot_ms"]["p50"] < SIM_TPOT_MS * 3
+    assert bs1["ttft_ms"]["p50"] >= SIM_TTFT_MS
+    # The simulator does not slow down with batch size, so C=8 is several times bs=1 on aggregate.
+    assert c8["output_tok_s"] > 3 * bs1["output_tok_s"]
