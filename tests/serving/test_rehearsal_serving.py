@@ -1,0 +1,218 @@
+"""Rehearsal: the serving role converges real supervisord + real smg + two pd-sim-worker programs.
+
+One converge of playbooks/serve.yml against inventory/rehearsal (private appliance_root and free
+ports, the test's venv as tools and router venv), then: requests through the router, a second
+converge that changes nothing, an env-hook change that restarts pd:decode alone, and a SIGKILLed
+worker that supervisor restarts and the router serves through again. Every process started is
+stopped at the end, also on failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import run_playbook
+
+pytestmark = pytest.mark.slow
+
+RESTART_BOUND_S = 45.0
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets, ports = [], []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        sockets.append(s)
+        ports.append(s.getsockname()[1])
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@dataclass
+class Deployment:
+    root: Path
+    vars_file: Path
+    router: str
+    first_run: subprocess.CompletedProcess
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "etc/pd-appliance/supervisor/supervisord.conf"
+
+    def ctl(self, *args: str) -> subprocess.CompletedProcess:
+        binary = Path(sys.executable).parent / "supervisorctl"
+        return subprocess.run([str(binary), "-c", str(self.conf), *args], capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+
+    def pids(self) -> dict[str, int]:
+        out = {}
+        for line in self.ctl("status").stdout.splitlines():
+            match = re.match(r"^pd:(\w+)\s+RUNNING\s+pid (\d+)", line)
+            if match:
+                out[match.group(1)] = int(match.group(2))
+        return out
+
+    def converge(self, *extra: str) -> subprocess.CompletedProcess:
+        return run_playbook("playbooks/serve.yml", "inventory/rehearsal", "-e", f"@{self.vars_file}", *extra,
+                            timeout=900)  # fmt: skip
+
+
+def _post(url: str, body: dict, timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def _changed(result: subprocess.CompletedProcess) -> int:
+    match = re.search(r"localhost\s+: ok=\d+\s+changed=(\d+)", result.stdout)
+    assert match, result.stdout[-3000:]
+    return int(match.group(1))
+
+
+def _stop_everything(root: Path, conf: Path, started_pids: set[int]) -> None:
+    """Shut supervisord down; SIGKILL only the processes this test saw it start, if they linger."""
+    pidfile = root / "run/pd-appliance/supervisord.pid"
+    supervisord = int(pidfile.read_text()) if pidfile.exists() else None
+    binary = Path(sys.executable).parent / "supervisorctl"
+    with contextlib.suppress(Exception):
+        subprocess.run(
+            [str(binary), "-c", str(conf), "shutdown"], capture_output=True, timeout=60, check=False
+        )
+    deadline = time.monotonic() + 60
+    candidates = {p for p in started_pids | {supervisord} if p}
+    while candidates and time.monotonic() < deadline:
+        candidates = {p for p in candidates if _alive(p)}
+        time.sleep(0.5)
+    for pid in candidates:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory, repo_root):
+    base = tmp_path_factory.mktemp("rehearsal")
+    root = base / "root"
+    prefill, decode, bootstrap, router, metrics = _free_ports(5)
+    variables = {
+        "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
+        "serving_prefill_port": prefill, "serving_decode_port": decode, "serving_bootstrap_port": bootstrap,
+        "serving_router_port": router, "serving_router_metrics_port": metrics,
+    }  # fmt: skip
+    vars_file = base / "vars.json"
+    vars_file.write_text(json.dumps(variables))
+    seen: set[int] = set()
+    dep = None
+    try:
+        first = run_playbook("playbooks/serve.yml", "inventory/rehearsal", "-e", f"@{vars_file}", timeout=900)
+        dep = Deployment(root, vars_file, f"http://127.0.0.1:{router}", first)
+        seen |= set(dep.pids().values())
+        assert first.returncode == 0, first.stdout[-5000:]
+        yield dep
+        seen |= set(dep.pids().values())
+    finally:
+        if dep is not None:
+            seen |= set(dep.pids().values())
+        _stop_everything(root, root / "etc/pd-appliance/supervisor/supervisord.conf", seen)
+
+
+def test_first_converge_runs_all_three_programs(deployment: Deployment) -> None:
+    assert set(deployment.pids()) == {"prefill", "decode", "router"}
+    assert "REHEARSAL: no NVML here" in deployment.first_run.stdout
+    status = deployment.ctl("status").stdout
+    assert status.count("RUNNING") == 3, status
+
+
+def test_requests_through_the_router_reach_the_simulated_pd_pair(deployment: Deployment) -> None:
+    status, headers, raw = _post(
+        deployment.router + "/v1/chat/completions",
+        {"model": "dsv4-flash", "messages": [{"role": "user", "content": "The capital of France is"}],
+         "max_tokens": 16},
+    )  # fmt: skip
+    assert status == 200, raw
+    body = json.loads(raw)
+    assert "Paris" in body["choices"][0]["message"]["content"]
+    simulator = {k.lower(): v for k, v in headers.items()}["x-pd-simulator"]
+    assert "pd-sim-worker" in simulator and "role=decode" in simulator
+    status, _, raw = _post(
+        deployment.router + "/v1/completions",
+        {"model": "dsv4-flash", "prompt": "Hello", "max_tokens": 32, "ignore_eos": True, "stream": True,
+         "stream_options": {"include_usage": True}},
+    )  # fmt: skip
+    events = [line[6:] for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert status == 200 and events[-1] == "[DONE]"
+    assert json.loads(events[-2])["usage"]["completion_tokens"] == 32
+
+
+def test_second_converge_reports_no_change(deployment: Deployment) -> None:
+    pids = deployment.pids()
+    second = deployment.converge()
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert _changed(second) == 0, second.stdout[-6000:]
+    assert deployment.pids() == pids
+
+
+def test_decode_env_hook_restarts_decode_alone(deployment: Deployment) -> None:
+    before = deployment.pids()
+    hook = 'a, "quoted" value with spaces'
+    result = deployment.converge("-e", json.dumps({"serving_env_decode": {"PD_TEST_HOOK": hook}}))
+    assert result.returncode == 0, result.stdout[-4000:]
+    after = deployment.pids()
+    assert after["decode"] != before["decode"]
+    assert after["prefill"] == before["prefill"] and after["router"] == before["router"]
+    environ = Path(f"/proc/{after['decode']}/environ").read_bytes().split(b"\0")
+    assert f"PD_TEST_HOOK={hook}".encode() in environ
+    assert b"CUDA_VISIBLE_DEVICES=4,5,6,7" in environ
+
+
+def test_sigkilled_worker_is_restarted_and_served_through_again(deployment: Deployment) -> None:
+    before = deployment.pids()
+    os.kill(before["prefill"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    restarted = None
+    while time.monotonic() - killed_at < RESTART_BOUND_S:
+        pid = deployment.pids().get("prefill")
+        if pid and pid != before["prefill"]:
+            restarted = time.monotonic() - killed_at
+            break
+        time.sleep(0.2)
+    assert restarted is not None, deployment.ctl("status").stdout
+    served = None
+    while time.monotonic() - killed_at < RESTART_BOUND_S:
+        probe = {"model": "dsv4-flash", "prompt": "The capital of France is", "max_tokens": 4}
+        status, _, raw = _post(deployment.router + "/v1/completions", probe)
+        if status == 200 and b"Paris" in raw:
+            served = time.monotonic() - killed_at
+            break
+        time.sleep(0.5)
+    assert served is not None, f"router did not serve within {RESTART_BOUND_S}s of the SIGKILL"
+    print(f"prefill restarted after {restarted:.1f}s; router served again after {served:.1f}s")
