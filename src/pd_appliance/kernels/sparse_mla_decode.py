@@ -42,75 +42,107 @@ LN2 = 0.6931471805599453
 
 
 @triton.jit
-def _attend_tile(
-    q,
-    m_i,
-    l_i,
-    acc,
-    tile,
-    row,
-    valid_len,
-    idx_ptr,
-    idx_stride,
-    topk,
-    fp8_ptr,
-    u8_ptr,
-    bf16_ptr,
-    page_size,
-    page_bytes,
-    scale_off,
-    qk_scale_log2,
-    BLOCK_N: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
-):
-    """Gather one tile of BLOCK_N tokens, dequantize it once, and fold it into all heads."""
+def _gather(
+    tile, end_tile, row, valid_len, idx_ptr, idx_stride, topk,
+    fp8_ptr, u8_ptr, bf16_ptr, page_size, page_bytes, scale_off, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Issue the loads of one tile of BLOCK_N tokens: 7 FP8 groups of 64, the BF16 rope, the exponents.
+
+    Tokens past the tile range, past valid_len or with index -1 read token 0 and are masked later.
+    """
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    raw = tl.load(idx_ptr + row.to(tl.int64) * idx_stride + offs_n, mask=offs_n < topk, other=-1)
+    in_range = (offs_n < topk) & (offs_n < end_tile * BLOCK_N)  # tile < end_tile, as a vector
+    raw = tl.load(idx_ptr + row.to(tl.int64) * idx_stride + offs_n, mask=in_range, other=-1)
     valid = (offs_n < valid_len) & (raw >= 0)
     tok = tl.where(valid, raw, 0).to(tl.int64)
     page = tok // page_size
     slot = tok - page * page_size
-    data = page * page_bytes + slot * 576  # byte offset of the token's 576 data bytes
-    # The 512 dims as [token, group of 64, lane]: groups 0..6 are FP8 nope with one UE8M0 exponent
-    # each, group 7 is the BF16 rope. One exponent per (token, group) keeps the scale gather small.
-    grp = tl.arange(0, 8)[None, :, None]
-    lane = tl.arange(0, 64)[None, None, :]
-    is_nope = grp < 7
-    k8 = tl.load(fp8_ptr + (data[:, None, None] + grp * 64 + lane), mask=is_nope, other=0.0)
-    exps = tl.load(
-        u8_ptr + (page * page_bytes + scale_off + slot * 8)[:, None, None] + grp, mask=is_nope, other=0
-    )
-    # UE8M0 -> fp32 2**(e - 127) built from its bits (exact; e == 0 gives 0 instead of 2**-127).
-    scale = (exps.to(tl.int32) << 23).to(tl.float32, bitcast=True)
-    rope = tl.load(bf16_ptr + ((data // 2 + 224)[:, None, None] + lane), mask=grp == 7, other=0.0)
-    # FP8 x 2**e is exact in bf16 (and in fp16 for the interpreter's test ranges): no fp32 tile.
-    k3 = tl.where(is_nope, k8.to(DOT_DTYPE) * scale.to(DOT_DTYPE), rope.to(DOT_DTYPE))
-    k3 = tl.where(valid[:, None, None], k3, 0.0)
-    k = tl.reshape(k3, [BLOCK_N, 512])
-
-    s = tl.dot(q, tl.trans(k)) * qk_scale_log2  # [BLOCK_H, BLOCK_N], log2 domain
-    s = tl.where(valid[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.math.exp2(m_i - m_new)
-    p = tl.math.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(DOT_DTYPE), k, acc * alpha[:, None])  # accumulate in place: no second [H, 512]
-    return m_new, l_i, acc
+    base = page * page_bytes
+    data = base + slot * 576  # byte offset of the token's 576 data bytes
+    lane = tl.arange(0, 64)
+    p8 = fp8_ptr + (data[:, None] + lane[None, :])
+    n0 = tl.load(p8)
+    n1 = tl.load(p8 + 64)
+    n2 = tl.load(p8 + 128)
+    n3 = tl.load(p8 + 192)
+    n4 = tl.load(p8 + 256)
+    n5 = tl.load(p8 + 320)
+    n6 = tl.load(p8 + 384)
+    rope = tl.load(bf16_ptr + ((data // 2 + 224)[:, None] + lane[None, :]))
+    exps = tl.load(u8_ptr + ((base + scale_off + slot * 8)[:, None] + tl.arange(0, 8)[None, :]))
+    return valid, n0, n1, n2, n3, n4, n5, n6, rope, exps
 
 
 @triton.jit
-def _finish_row(out, lse2, sink_ptr, offs_h, h_mask, HAS_SINK: tl.constexpr):
-    """Sink and empty-row rule on a merged row: returns (scaled out, natural-log lse)."""
-    empty = lse2 == float("-inf")
+def _dequant(n, exps, g: tl.constexpr, valid, DOT_DTYPE: tl.constexpr):
+    """FP8 group g times its UE8M0 scale 2**(e - 127), built from the exponent's bits.
+
+    FP8 x 2**e is exact in bf16 (and in fp16 for the interpreter's test ranges); e == 0 gives 0
+    instead of 2**-127.
+    """
+    e = tl.sum(tl.where(tl.arange(0, 8)[None, :] == g, exps.to(tl.int32), 0), 1)
+    scale = (e << 23).to(tl.float32, bitcast=True).to(DOT_DTYPE)
+    return tl.where(valid[:, None], n.to(DOT_DTYPE) * scale[:, None], 0.0)
+
+
+@triton.jit
+def _attend(
+    q0, q1, q2, q3, q4, q5, q6, q7,
+    m_i, l_i, a0, a1, a2, a3, a4, a5, a6, a7,
+    valid, n0, n1, n2, n3, n4, n5, n6, rope, exps,
+    qk_scale_log2, DOT_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """Fold one gathered tile into every head: 8 independent QK dots (one per 64 dims), online
+    softmax in base 2, 8 independent PV dots into the per-group accumulators."""
+    k0 = _dequant(n0, exps, 0, valid, DOT_DTYPE)
+    k1 = _dequant(n1, exps, 1, valid, DOT_DTYPE)
+    k2 = _dequant(n2, exps, 2, valid, DOT_DTYPE)
+    k3 = _dequant(n3, exps, 3, valid, DOT_DTYPE)
+    k4 = _dequant(n4, exps, 4, valid, DOT_DTYPE)
+    k5 = _dequant(n5, exps, 5, valid, DOT_DTYPE)
+    k6 = _dequant(n6, exps, 6, valid, DOT_DTYPE)
+    k7 = tl.where(valid[:, None], rope.to(DOT_DTYPE), 0.0)
+    s = (
+        (tl.dot(q0, tl.trans(k0)) + tl.dot(q1, tl.trans(k1)))
+        + (tl.dot(q2, tl.trans(k2)) + tl.dot(q3, tl.trans(k3)))
+    ) + (
+        (tl.dot(q4, tl.trans(k4)) + tl.dot(q5, tl.trans(k5)))
+        + (tl.dot(q6, tl.trans(k6)) + tl.dot(q7, tl.trans(k7)))
+    )
+    s = tl.where(valid[None, :], s * qk_scale_log2, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha_h = tl.math.exp2(m_i - m_new)
+    alpha = alpha_h[:, None]
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha_h + tl.sum(p, 1)
+    p = p.to(DOT_DTYPE)
+    a0 = tl.dot(p, k0, a0 * alpha)
+    a1 = tl.dot(p, k1, a1 * alpha)
+    a2 = tl.dot(p, k2, a2 * alpha)
+    a3 = tl.dot(p, k3, a3 * alpha)
+    a4 = tl.dot(p, k4, a4 * alpha)
+    a5 = tl.dot(p, k5, a5 * alpha)
+    a6 = tl.dot(p, k6, a6 * alpha)
+    a7 = tl.dot(p, k7, a7 * alpha)
+    return m_new, l_i, a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
+def _row_weight(l_i, m_i):
+    """(1 / l for the unnormalised accumulators, base-2 lse) of a split's rows; -inf when empty."""
+    has_any = l_i > 0.0
+    safe_l = tl.where(has_any, l_i, 1.0)
+    lse2 = tl.where(has_any, m_i + tl.math.log2(safe_l), float("-inf"))
+    return 1.0 / safe_l, lse2
+
+
+@triton.jit
+def _sink_weight(lse2, sink2, HAS_SINK: tl.constexpr):
+    """e^lse / (e^lse + e^sink) without overflow (1 without a sink), 0 for a row with no token."""
+    w = tl.where(lse2 == float("-inf"), 0.0, 1.0)
     if HAS_SINK:
-        sink2 = tl.load(sink_ptr + offs_h, mask=h_mask, other=0.0).to(tl.float32) * 1.4426950408889634
-        # out * e^lse / (e^lse + e^sink), computed without overflow in either order.
-        w = 1.0 / (1.0 + tl.math.exp2(tl.minimum(sink2 - lse2, 126.0)))
-        w = tl.where(lse2 - sink2 > 126.0, 1.0, w)
-        out = out * w[:, None]
-    out = tl.where(empty[:, None], 0.0, out)
-    lse = tl.where(empty, float("-inf"), lse2 * 0.6931471805599453)
-    return out, lse
+        w = w / (1.0 + tl.math.exp2(tl.minimum(sink2 - lse2, 126.0)))
+    return w
 
 
 @triton.jit
@@ -178,61 +210,135 @@ def _split_kernel(
     DOT_DTYPE: tl.constexpr,
     EMULATE_RNE: tl.constexpr,
 ):
-    """Grid (head blocks, splits, rows): one program folds tiles_per_split tiles into BLOCK_H heads."""
+    """Grid (head blocks, splits, rows): one program folds tiles_per_split tiles into BLOCK_H heads.
+
+    The next tile's loads are issued before the current tile is computed (software pipelining in
+    registers), so the gather latency overlaps the dots.
+    """
     hb = tl.program_id(0)
     split = tl.program_id(1)
     row = tl.program_id(2)
     batch = row // s_q
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     h_mask = offs_h < H
-    offs_d = tl.arange(0, 512)
-    q = tl.load(
-        q_ptr + row.to(tl.int64) * q_stride_r + offs_h[:, None] * q_stride_h + offs_d[None, :],
-        mask=h_mask[:, None],
-        other=0.0,
-    ).to(DOT_DTYPE)
-
+    lane = tl.arange(0, 64)
+    q_ptrs = q_ptr + row.to(tl.int64) * q_stride_r + offs_h[:, None] * q_stride_h + lane[None, :]
+    q0 = tl.load(q_ptrs + 0, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
+    q1 = tl.load(q_ptrs + 64, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
+    q2 = tl.load(q_ptrs + 128, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
+    q3 = tl.load(q_ptrs + 192, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
+    q4 = tl.load(q_ptrs + 256, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
+    q5 = tl.load(q_ptrs + 320, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
+    q6 = tl.load(q_ptrs + 384, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
+    q7 = tl.load(q_ptrs + 448, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
     m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)  # finite: an all-masked tile leaves alpha = 1
     l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, 512], tl.float32)
-
+    a0 = tl.zeros([BLOCK_H, 64], tl.float32)
+    a1 = tl.zeros([BLOCK_H, 64], tl.float32)
+    a2 = tl.zeros([BLOCK_H, 64], tl.float32)
+    a3 = tl.zeros([BLOCK_H, 64], tl.float32)
+    a4 = tl.zeros([BLOCK_H, 64], tl.float32)
+    a5 = tl.zeros([BLOCK_H, 64], tl.float32)
+    a6 = tl.zeros([BLOCK_H, 64], tl.float32)
+    a7 = tl.zeros([BLOCK_H, 64], tl.float32)
     first = split * tiles_per_split
     last = first + tiles_per_split
     len1 = topk1
     if HAS_LEN1:
         len1 = tl.minimum(tl.load(len1_ptr + batch), topk1)
-    tiles1 = tl.cdiv(tl.maximum(len1, 0), BLOCK_N)
-    for tile in range(first, tl.minimum(last, tiles1)):
-        m_i, l_i, acc = _attend_tile(
-            q, m_i, l_i, acc, tile, row, len1, idx1_ptr, idx1_stride, topk1,
-            fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1, qk_scale_log2,
-            BLOCK_N, DOT_DTYPE,
+    end1 = tl.minimum(last, tl.cdiv(tl.maximum(len1, 0), BLOCK_N))
+    valid, n0, n1, n2, n3, n4, n5, n6, rope, exps = _gather(
+        first, end1, row, len1, idx1_ptr, idx1_stride, topk1,
+        fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1, BLOCK_N,
+    )  # fmt: skip
+    for tile in range(first, end1):
+        nvalid, nn0, nn1, nn2, nn3, nn4, nn5, nn6, nrope, nexps = _gather(
+            tile + 1, end1, row, len1, idx1_ptr, idx1_stride, topk1,
+            fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1, BLOCK_N,
         )  # fmt: skip
+        m_i, l_i, a0, a1, a2, a3, a4, a5, a6, a7 = _attend(
+            q0, q1, q2, q3, q4, q5, q6, q7,
+            m_i, l_i, a0, a1, a2, a3, a4, a5, a6, a7,
+            valid, n0, n1, n2, n3, n4, n5, n6, rope, exps, qk_scale_log2, DOT_DTYPE,
+        )  # fmt: skip
+        valid, n0, n1, n2, n3, n4, n5, n6, rope, exps = (
+            nvalid,
+            nn0,
+            nn1,
+            nn2,
+            nn3,
+            nn4,
+            nn5,
+            nn6,
+            nrope,
+            nexps,
+        )
     if HAS_EXTRA:
         base2 = tl.cdiv(topk1, BLOCK_N)  # the extra cache's tiles follow all of the SWA tiles
         len2 = topk2
         if HAS_LEN2:
             len2 = tl.minimum(tl.load(len2_ptr + batch), topk2)
-        tiles2 = tl.cdiv(tl.maximum(len2, 0), BLOCK_N)
-        for tile in range(tl.maximum(first - base2, 0), tl.minimum(last - base2, tiles2)):
-            m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, tile, row, len2, idx2_ptr, idx2_stride, topk2,
-                fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2, qk_scale_log2,
-                BLOCK_N, DOT_DTYPE,
+        first2 = tl.maximum(first - base2, 0)
+        end2 = tl.minimum(last - base2, tl.cdiv(tl.maximum(len2, 0), BLOCK_N))
+        valid, n0, n1, n2, n3, n4, n5, n6, rope, exps = _gather(
+            first2, end2, row, len2, idx2_ptr, idx2_stride, topk2,
+            fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2, BLOCK_N,
+        )  # fmt: skip
+        for tile in range(first2, end2):
+            nvalid, nn0, nn1, nn2, nn3, nn4, nn5, nn6, nrope, nexps = _gather(
+                tile + 1, end2, row, len2, idx2_ptr, idx2_stride, topk2,
+                fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2, BLOCK_N,
             )  # fmt: skip
+            m_i, l_i, a0, a1, a2, a3, a4, a5, a6, a7 = _attend(
+                q0, q1, q2, q3, q4, q5, q6, q7,
+            m_i, l_i, a0, a1, a2, a3, a4, a5, a6, a7,
+            valid, n0, n1, n2, n3, n4, n5, n6, rope, exps, qk_scale_log2, DOT_DTYPE,
+            )  # fmt: skip
+            valid, n0, n1, n2, n3, n4, n5, n6, rope, exps = (
+                nvalid,
+                nn0,
+                nn1,
+                nn2,
+                nn3,
+                nn4,
+                nn5,
+                nn6,
+                nrope,
+                nexps,
+            )
 
-    has_any = l_i > 0.0
-    out = acc / tl.where(has_any, l_i, 1.0)[:, None]
-    lse2 = tl.where(has_any, m_i + tl.math.log2(tl.where(has_any, l_i, 1.0)), float("-inf"))
+    inv_l, lse2 = _row_weight(l_i, m_i)
     if FINAL:
-        out, lse = _finish_row(out, lse2, sink_ptr, offs_h, h_mask, HAS_SINK)
-        o_ptrs = out_ptr + row.to(tl.int64) * out_stride_r + offs_h[:, None] * out_stride_h + offs_d[None, :]
-        tl.store(o_ptrs, _to_bf16(out, EMULATE_RNE), mask=h_mask[:, None])
+        sink2 = lse2
+        if HAS_SINK:
+            sink2 = tl.load(sink_ptr + offs_h, mask=h_mask, other=0.0).to(tl.float32) * 1.4426950408889634
+        factor = (inv_l * _sink_weight(lse2, sink2, HAS_SINK))[:, None]
+        o_ptrs = out_ptr + row.to(tl.int64) * out_stride_r + offs_h[:, None] * out_stride_h + lane[None, :]
+        lse = tl.where(lse2 == float("-inf"), float("-inf"), lse2 * 0.6931471805599453)
         tl.store(_lse_ptrs(lse_ptr, row, s_q, H, offs_h), lse, mask=h_mask)
     else:
+        factor = inv_l[:, None]
         mid = (row.to(tl.int64) * H + offs_h) * num_splits + split  # [rows, H, splits]
-        tl.store(mid_o_ptr + mid[:, None] * 512 + offs_d[None, :], out, mask=h_mask[:, None])
+        o_ptrs = mid_o_ptr + mid[:, None] * 512 + lane[None, :]
         tl.store(mid_lse_ptr + mid, lse2, mask=h_mask)
+    if FINAL:
+        tl.store(o_ptrs + 0, _to_bf16(a0 * factor, EMULATE_RNE), mask=h_mask[:, None])
+        tl.store(o_ptrs + 64, _to_bf16(a1 * factor, EMULATE_RNE), mask=h_mask[:, None])
+        tl.store(o_ptrs + 128, _to_bf16(a2 * factor, EMULATE_RNE), mask=h_mask[:, None])
+        tl.store(o_ptrs + 192, _to_bf16(a3 * factor, EMULATE_RNE), mask=h_mask[:, None])
+        tl.store(o_ptrs + 256, _to_bf16(a4 * factor, EMULATE_RNE), mask=h_mask[:, None])
+        tl.store(o_ptrs + 320, _to_bf16(a5 * factor, EMULATE_RNE), mask=h_mask[:, None])
+        tl.store(o_ptrs + 384, _to_bf16(a6 * factor, EMULATE_RNE), mask=h_mask[:, None])
+        tl.store(o_ptrs + 448, _to_bf16(a7 * factor, EMULATE_RNE), mask=h_mask[:, None])
+    else:
+        tl.store(o_ptrs + 0, a0 * factor, mask=h_mask[:, None])
+        tl.store(o_ptrs + 64, a1 * factor, mask=h_mask[:, None])
+        tl.store(o_ptrs + 128, a2 * factor, mask=h_mask[:, None])
+        tl.store(o_ptrs + 192, a3 * factor, mask=h_mask[:, None])
+        tl.store(o_ptrs + 256, a4 * factor, mask=h_mask[:, None])
+        tl.store(o_ptrs + 320, a5 * factor, mask=h_mask[:, None])
+        tl.store(o_ptrs + 384, a6 * factor, mask=h_mask[:, None])
+        tl.store(o_ptrs + 448, a7 * factor, mask=h_mask[:, None])
 
 
 @triton.jit
@@ -250,37 +356,41 @@ def _combine_kernel(
     HAS_SINK: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_HC: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     EMULATE_RNE: tl.constexpr,
 ):
-    """Grid (head blocks, rows): merge the splits' (out, lse2) pairs, then sink and empty rows."""
+    """Grid (head blocks, rows, 512 / BLOCK_D): merge the splits' (out, lse2), then sink and empty rows.
+
+    All splits of a block are loaded at once, so the latency does not grow with the split count.
+    """
     hb = tl.program_id(0)
     row = tl.program_id(1)
+    chunk = tl.program_id(2)
     offs_h = hb * BLOCK_HC + tl.arange(0, BLOCK_HC)
     h_mask = offs_h < H
     offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, 512)
+    offs_d = chunk * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask2 = h_mask[:, None] & (offs_s < num_splits)[None, :]
     mid = (row.to(tl.int64) * H + offs_h[:, None]) * num_splits + offs_s[None, :]  # [HC, S]
-    sm = h_mask[:, None] & (offs_s < num_splits)[None, :]
-    lse_s = tl.load(mid_lse_ptr + mid, mask=sm, other=float("-inf"))
+    lse_s = tl.load(mid_lse_ptr + mid, mask=mask2, other=float("-inf"))
     top = tl.max(lse_s, 1)
     top_safe = tl.where(top == float("-inf"), 0.0, top)
     w = tl.math.exp2(lse_s - top_safe[:, None])  # 0 for empty splits
     total = tl.sum(w, 1)
-    out = tl.zeros([BLOCK_HC, 512], tl.float32)
-    for s in range(0, num_splits):
-        w_s = tl.sum(tl.where(offs_s[None, :] == s, w, 0.0), 1)
-        o_s = tl.load(
-            mid_o_ptr + ((row.to(tl.int64) * H + offs_h) * num_splits + s)[:, None] * 512 + offs_d[None, :],
-            mask=h_mask[:, None],
-            other=0.0,
-        )
-        out += w_s[:, None] * o_s
-    out = out / tl.where(total > 0.0, total, 1.0)[:, None]
-    lse2 = tl.where(total > 0.0, top_safe + tl.math.log2(tl.where(total > 0.0, total, 1.0)), float("-inf"))
-    out, lse = _finish_row(out, lse2, sink_ptr, offs_h, h_mask, HAS_SINK)
+    o = tl.load(mid_o_ptr + mid[:, :, None] * 512 + offs_d[None, None, :], mask=mask2[:, :, None], other=0.0)
+    has_any = total > 0.0
+    safe_total = tl.where(has_any, total, 1.0)
+    lse2 = tl.where(has_any, top_safe + tl.math.log2(safe_total), float("-inf"))
+    sink2 = lse2
+    if HAS_SINK:
+        sink2 = tl.load(sink_ptr + offs_h, mask=h_mask, other=0.0).to(tl.float32) * 1.4426950408889634
+    factor = _sink_weight(lse2, sink2, HAS_SINK) / safe_total
+    out = tl.sum(w[:, :, None] * o, 1) * factor[:, None]
     o_ptrs = out_ptr + row.to(tl.int64) * out_stride_r + offs_h[:, None] * out_stride_h + offs_d[None, :]
     tl.store(o_ptrs, _to_bf16(out, EMULATE_RNE), mask=h_mask[:, None])
-    tl.store(_lse_ptrs(lse_ptr, row, s_q, H, offs_h), lse, mask=h_mask)
+    if chunk == 0:
+        lse = tl.where(has_any, lse2 * 0.6931471805599453, float("-inf"))
+        tl.store(_lse_ptrs(lse_ptr, row, s_q, H, offs_h), lse, mask=h_mask)
 
 
 @dataclass(frozen=True)
@@ -320,14 +430,17 @@ def choose_config(
     num_warps: int = 4,
     num_stages: int = 1,
     programs_per_sm: int = 2,
+    min_tiles_per_split: int = 2,
     num_splits: int | None = None,
 ) -> LaunchConfig:
-    """16 heads x 16 tokens per step (fits sm_120: 48 KB shared, no spills, 2 programs per SM),
-    then enough splits of the top-k that rows x head blocks x splits fills programs_per_sm waves."""
+    """16 heads x 16 tokens per step (fits sm_120's 99 KB shared memory twice, no spills), then
+    enough splits of the top-k that rows x head blocks x splits fills programs_per_sm per SM, with
+    at least min_tiles_per_split tiles each so that the in-register prefetch has work to hide."""
     head_blocks = triton.cdiv(num_heads, block_h)
     tiles = max(1, total_tiles)
     if num_splits is None:
         num_splits = triton.cdiv(programs_per_sm * sm_count, max(1, rows * head_blocks))
+        num_splits = min(num_splits, triton.cdiv(tiles, min_tiles_per_split))
     num_splits = max(1, min(num_splits, tiles))
     tiles_per_split = triton.cdiv(tiles, num_splits)
     num_splits = triton.cdiv(tiles, tiles_per_split)
@@ -456,15 +569,19 @@ def sparse_mla_decode(
     )  # fmt: skip
     LAST_LAUNCH.pop("combine", None)
     if not final:
-        block_hc = min(16, triton.next_power_of_2(num_heads))
-        LAST_LAUNCH["combine"] = _combine_kernel[(triton.cdiv(num_heads, block_hc), rows)](
-            mid_o, mid_lse, sink, out3, out3.stride(0), out3.stride(1),
-            lse, num_heads, s_q, config.num_splits,
+        # GPU: 2 heads x 64 dims per program, so that many small programs share the merge; the
+        # interpreter pays per program, so there one program takes 16 heads x 512 dims.
+        block_hc, block_d = (16, HEAD_DIM) if interpret else (2, 64)
+        grid_c = (triton.cdiv(num_heads, block_hc), rows, HEAD_DIM // block_d)
+        LAST_LAUNCH["combine"] = _combine_kernel[grid_c](
+            mid_o, mid_lse, sink, out3, out3.stride(0), out3.stride(1), lse,
+            num_heads, s_q, config.num_splits,
             HAS_SINK=attn_sink is not None,
             BLOCK_S=triton.next_power_of_2(config.num_splits),
             BLOCK_HC=block_hc,
+            BLOCK_D=block_d,
             EMULATE_RNE=interpret,
-            **({} if interpret else {"num_warps": 4}),
+            **({} if interpret else {"num_warps": 2}),
         )  # fmt: skip
     return out, lse
 
