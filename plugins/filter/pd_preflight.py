@@ -52,6 +52,14 @@ def pd_argument_errors(result: dict[str, Any], role: str) -> list[str]:
     return [f"role {role}: {err}" for err in result.get("argument_errors", [])]
 
 
+def pd_spec_for_inventory(options: dict[str, Any], names_with_defaults: list[str]) -> dict[str, Any]:
+    """The argument spec as it applies to inventory values: a defaulted option is not required."""
+    return {
+        name: {**spec, "required": False} if name in names_with_defaults else spec
+        for name, spec in (options or {}).items()
+    }
+
+
 def pd_is_example_address(address: Any) -> bool:
     return preflight.is_documentation_address(str(address))
 
@@ -68,4 +76,5 @@ class FilterModule:
             "pd_pci_gpu_count": pd_pci_gpu_count,
             "pd_argument_errors": pd_argument_errors,
             "pd_is_example_address": pd_is_example_address,
+            "pd_spec_for_inventory": pd_spec_for_inventory,
         }
