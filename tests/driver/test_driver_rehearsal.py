@@ -74,7 +74,7 @@ def test_rehearsal_reports_simulated_gpus_and_renders_the_files(
     assert "URIs: https://developer.download.nvidia.com/compute/cuda/repos/" in sources
     assert (
         "Pin: version 580.159.04-*"
-        in (root / "etc/apt/preferences.d/pd-appliance-nvidia-driver.pref").read_text()
+        in (root / "etc/apt/preferences.d/00-pd-appliance-nvidia-driver.pref").read_text()
     )
     assert "blacklist nouveau" in (root / "etc/modprobe.d/pd-appliance-blacklist-nouveau.conf").read_text()
     assert f"CUDA_HOME={root}/usr/local/cuda-13.0" in (root / "etc/pd-appliance/cuda.env").read_text()
