@@ -183,12 +183,27 @@ def measure_shape(upstream, pools, ceilings: dict[str, float], batch: int, heads
     floor_s = max(nbytes / ceilings["copy_bytes_per_s"], flops / ceilings["bf16_flops_per_s"])
     row |= {"floor_bytes": nbytes, "floor_flops": flops, "floor_us": floor_s * 1e6}
     if args.sweep:
-        row["sweep_graph_us"] = {}
-        for pps in (1, 4, 8):
-            cfg = smd.choose_config(batch, heads, 40, sm_count, programs_per_sm=pps)
+        row["sweep"] = {}
+        variants = {f"pps{pps}": {"programs_per_sm": pps} for pps in (1, 4)}
+        variants["min1tile"] = {"min_tiles_per_split": 1}
+        variants["n32w8_pps1"] = {"block_n": 32, "num_warps": 8, "programs_per_sm": 1}
+        variants["n32w8_pps2"] = {"block_n": 32, "num_warps": 8, "programs_per_sm": 2}
+        if heads >= 32:
+            variants["h32w8_pps1"] = {"block_h": 32, "num_warps": 8, "programs_per_sm": 1}
+        for key, kw in variants.items():
+            tiles = (SWA_TOPK + EXTRA_TOPK) // kw.get("block_n", 16)
+            cfg = smd.choose_config(batch, heads, tiles, sm_count, **kw)
+            out_v, _ = call_ours(pools, s0, config=cfg)
             fn = lambda i, c=cfg: call_ours(pools, sets[i], config=c)  # noqa: E731
-            key = f"pps{pps}_splits{cfg.num_splits}"
-            row["sweep_graph_us"][key] = time_graph(fn, args.sets, max(3, r_ours // args.sets)) * 1e6
+            row["sweep"][key] = {
+                "config": cfg.__dict__,
+                "err": relative_error(out_v, ref_out),
+                "resources": {
+                    name: {"shared": k.metadata.shared, "regs": k.n_regs, "spills": k.n_spills}
+                    for name, k in smd.LAST_LAUNCH.items()
+                },
+                "graph_us": time_graph(fn, args.sets, max(3, r_ours // args.sets)) * 1e6,
+            }
     return row
 
 
