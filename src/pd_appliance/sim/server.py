@@ -235,6 +235,9 @@ class SimWorker:
 
     # ---- profiling (SGLang's /start_profile, /stop_profile) -------------------------------
     async def start_profile(self, request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else {}
+        if isinstance(body, dict) and body.get("output_dir"):
+            self.config.profile_dir = str(body["output_dir"])
         self.stats.profiling = time.time()
         return web.Response(text="Start profiling (simulated: no GPU kernels exist here).\n")
 
