@@ -134,7 +134,7 @@ def test_split_count_fills_the_gpu_and_covers_every_tile() -> None:
         cfg = smd.choose_config(rows, heads, tiles, 132)
         assert cfg.num_splits * cfg.tiles_per_split >= tiles
         assert (cfg.num_splits - 1) * cfg.tiles_per_split < tiles  # no split left without work
-    assert smd.choose_config(1, 64, 40, 132).num_splits == 20  # 80 programs of 2 tiles for one row
+    assert smd.choose_config(1, 64, 40, 132).num_splits == 40  # 160 programs of 1 tile for one row
     assert smd.choose_config(64, 64, 40, 132).num_splits == 2
 
 

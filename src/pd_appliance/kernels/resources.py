@@ -150,9 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=64)
     parser.add_argument("--tiles", type=int, default=40)
     parser.add_argument("--sm-count", type=int, default=188)
+    parser.add_argument("--block-h", type=int, default=16)
+    parser.add_argument("--block-n", type=int, default=16)
+    parser.add_argument("--num-warps", type=int, default=4)
+    parser.add_argument("--final-only", action="store_true")
     args = parser.parse_args(argv)
-    config = smd.choose_config(args.rows, args.heads, args.tiles, args.sm_count)
-    for final in (False, True):
+    config = smd.choose_config(
+        args.rows, args.heads, args.tiles, args.sm_count,
+        block_h=args.block_h, block_n=args.block_n, num_warps=args.num_warps,
+    )  # fmt: skip
+    for final in (True,) if args.final_only else (False, True):
         res = compile_split_kernel(args.arch, config, final=final)
         print(json.dumps({"final": final, "config": dataclasses.asdict(config), **dataclasses.asdict(res)}))
     return 0
