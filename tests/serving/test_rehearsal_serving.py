@@ -216,3 +216,36 @@ def test_sigkilled_worker_is_restarted_and_served_through_again(deployment: Depl
         time.sleep(0.5)
     assert served is not None, f"router did not serve within {RESTART_BOUND_S}s of the SIGKILL"
     print(f"prefill restarted after {restarted:.1f}s; router served again after {served:.1f}s")
+
+
+def _day2(deployment: Deployment, playbook: str, *extra: str) -> subprocess.CompletedProcess:
+    result = run_playbook(f"playbooks/day2/{playbook}", "inventory/rehearsal", "-e", f"@{deployment.vars_file}",
+                          *extra, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-5000:]
+    return result
+
+
+def test_day2_status_restart_and_profile(deployment: Deployment) -> None:
+    status = _day2(deployment, "status.yml").stdout
+    assert status.count("RUNNING pid") == 3 and status.count("| health 200") == 3
+    assert "REHEARSAL: no nvidia-smi" in status
+    before = deployment.pids()
+    _day2(deployment, "restart.yml", "-e", "serving_restart=decode")
+    after = deployment.pids()
+    assert after["decode"] != before["decode"]
+    assert (after["prefill"], after["router"]) == (before["prefill"], before["router"])
+    profile = _day2(deployment, "profile.yml").stdout
+    assert "SIMULATED trace (pd-sim-worker)" in profile and "in 2 trace(s)" in profile
+    assert "simulated_sparse_decode_kernel" in profile
+
+
+def test_day2_collect_diagnostics(deployment: Deployment, tmp_path: Path) -> None:
+    import tarfile
+
+    _day2(deployment, "collect-diagnostics.yml", "-e", f"serving_diagnostics_local_dir={tmp_path}")
+    bundles = list(tmp_path.glob("pd-diagnostics-localhost-*.tar.gz"))
+    assert len(bundles) == 1
+    with tarfile.open(bundles[0]) as tar:
+        names = set(tar.getnames())
+    assert {"diagnostics/config/supervisor/conf.d/decode.conf", "diagnostics/logs/router.log",
+            "diagnostics/nvml-facts.json", "diagnostics/pip-freeze-sglang.txt", "diagnostics/state.txt"} <= names  # fmt: skip
