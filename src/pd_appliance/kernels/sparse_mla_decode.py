@@ -431,6 +431,7 @@ def choose_config(
     num_stages: int = 1,
     programs_per_sm: int = 2,
     min_tiles_per_split: int = 1,
+    max_splits: int = 64,
     num_splits: int | None = None,
 ) -> LaunchConfig:
     """16 heads x 16 tokens per step (fits sm_120's 99 KB shared memory twice, no spills), then
@@ -442,7 +443,8 @@ def choose_config(
     tiles = max(1, total_tiles)
     if num_splits is None:
         num_splits = triton.cdiv(programs_per_sm * sm_count, max(1, rows * head_blocks))
-        num_splits = min(num_splits, triton.cdiv(tiles, min_tiles_per_split))
+        # The merge holds every split of a (row, head) in registers: bound it.
+        num_splits = min(num_splits, triton.cdiv(tiles, min_tiles_per_split), max_splits)
     num_splits = max(1, min(num_splits, tiles))
     tiles_per_split = triton.cdiv(tiles, num_splits)
     num_splits = triton.cdiv(tiles, tiles_per_split)
