@@ -1,0 +1,138 @@
+"""The tools, nixl and sglang roles converge in rehearsal, for real, and a second run changes nothing.
+
+Real parts: the pd_appliance wheel built on the "controller", pip installs from the index into
+the tools and router venvs, the real sglang 0.5.23 wheel (from a wheelhouse holding only it)
+installed without its CUDA dependency set, the patch series applied by the real module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sglang_testlib import ROOT, SERIES_DIR, SGLANG_VERSION
+
+PLAYBOOK = ROOT / "tests" / "sglang" / "provision_playbook.yml"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    return env
+
+
+def _ansible(args: list[str], binary: str = "ansible-playbook") -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / binary
+    return subprocess.run(
+        [str(exe), *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1500, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory: pytest.TempPathFactory, sglang_wheel: Path) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("provision")
+    inventory = base / "inventory" / "rehearsal"
+    shutil.copytree(ROOT / "inventory" / "rehearsal", inventory)
+    # A frozen copy of the package source: the wheel built from it is the same on both runs.
+    source = base / "source"
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", source)
+    if (ROOT / "README.md").exists():
+        shutil.copy(ROOT / "README.md", source)
+    wheelhouse = base / "wheelhouse"
+    wheelhouse.mkdir()
+    shutil.copy(sglang_wheel, wheelhouse)
+    extra = json.dumps(
+        {
+            "appliance_tools_source_dir": str(source),
+            "sglang_install_source": "wheelhouse",
+            "sglang_wheelhouse": str(wheelhouse),
+        }
+    )
+    args = [str(PLAYBOOK), "-i", str(inventory), "-e", extra]
+    first = _ansible(args)
+    second = _ansible(args) if first.returncode == 0 else first
+    return {"root": base / ".rehearsal" / "root", "first": first, "second": second}  # type: ignore[dict-item]
+
+
+@pytest.mark.slow
+def test_first_run_installs_patches_and_records(rehearsal) -> None:
+    run = rehearsal["first"]
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    out = run.stdout
+    assert "REHEARSAL: skipping sglang's dependency set" in out
+    assert "REHEARSAL: not installing nixl-cu13 1.5.1" in out
+    home = rehearsal["root"] / "opt" / "pd-appliance"
+    marker = json.loads((home / "sglang" / "pd-appliance-patches.json").read_text())
+    assert [p["name"] for p in marker["patches"]] == [
+        ln.strip() for ln in (SERIES_DIR / "series").read_text().splitlines() if ln.strip() and ln[0] != "#"
+    ]
+    [site] = (home / "sglang").glob("lib/python3*/site-packages")
+    assert "force_env(" in (site / "sglang/srt/arg_groups/model_hook.py").read_text()
+    assert list((site / "sglang/srt/arg_groups/__pycache__").glob("model_hook.*.pyc")), "byte-compiled"
+    versions = json.loads((rehearsal["root"] / "var/lib/pd-appliance/sglang-versions.json").read_text())
+    assert versions["versions"]["sglang"] == SGLANG_VERSION
+    assert versions["versions"]["torch"] is None and "torch" in versions["missing"]
+    assert versions["versions"]["pd-appliance"] == "0.1.0"
+    tools_py = home / "tools" / "bin" / "python"
+    probe = "import pd_appliance.patches, pynvml, huggingface_hub, supervisor"
+    assert subprocess.run([str(tools_py), "-c", probe], check=False).returncode == 0
+    smg = subprocess.run([str(home / "router" / "bin" / "smg"), "--version"], capture_output=True, text=True)
+    assert "1.13.0" in smg.stdout
+
+
+@pytest.mark.slow
+def test_second_run_changes_nothing(rehearsal) -> None:
+    run = rehearsal["second"]
+    assert run.returncode == 0, run.stdout[-4000:]
+    recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", run.stdout)
+    assert recap, run.stdout[-2000:]
+    changed = re.findall(r"TASK \[([^\]]+)\][^\n]*\nchanged:", run.stdout)
+    assert recap.group(1) == "0", f"not idempotent, changed: {changed}"
+
+
+@pytest.mark.slow
+def test_module_fails_naming_patch_and_hunk_on_the_installed_venv(rehearsal, tmp_path: Path) -> None:
+    assert rehearsal["first"].returncode == 0
+    home = rehearsal["root"] / "opt" / "pd-appliance"
+    [site] = (home / "sglang").glob("lib/python3*/site-packages")
+    series = tmp_path / "series"
+    shutil.copytree(SERIES_DIR, series)
+    target = "sglang/srt/arg_groups/model_hook.py"
+    (series / "0090-broken.patch").write_text(
+        f"deliberately broken\n\n--- a/{target}\n+++ b/{target}\n@@ -3,1 +3,1 @@\n-no such line\n+x\n"
+    )
+    with (series / "series").open("a") as fh:
+        fh.write("0090-broken.patch\n")
+    before = (site / target).read_bytes()
+    args = " ".join(
+        [
+            f"site_packages={site}",
+            f"series_dir={series}",
+            f"marker={home / 'sglang' / 'pd-appliance-patches.json'}",
+            f"pristine_dir={home / 'sglang' / 'pd-appliance-pristine'}",
+            f"version={SGLANG_VERSION}",
+        ]
+    )
+    run = _ansible(
+        [
+            "localhost",
+            "-m",
+            "sglang_patch_series",
+            "-a",
+            args,
+            "-e",
+            f"ansible_python_interpreter={home}/tools/bin/python",
+        ],
+        binary="ansible",
+    )
+    assert run.returncode != 0
+    assert "0090-broken.patch: hunk #1 (@@ -3,1 +3,1 @@) does not apply to" in run.stdout
+    assert (site / target).read_bytes() == before, "a failing series must not touch the installed files"
