@@ -96,6 +96,7 @@ def test_lab_prefill_command_gpus_and_numa(lab: Path) -> None:
     assert int(p["stopwaitsecs"]) >= 60 and p["stdout_logfile"] == f"{lab}/var/log/pd-appliance/prefill.log"
     assert "NUMA node(s) 0: /usr/bin/numactl --cpunodebind=0 --membind=0" in p["text"]
     assert "\n    --tp-size 4" in p["text"], "the command line is rendered one flag per line"
+    assert f"directory={lab}/var/lib/pd-appliance/serving" in p["text"]
 
 
 def test_lab_decode_is_pinned_to_the_other_node(lab: Path) -> None:
