@@ -66,8 +66,9 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory, sglang_wheel: Path) -> d
 def test_first_run_installs_patches_and_records(rehearsal) -> None:
     run = rehearsal["first"]
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    out = run.stdout
-    assert "REHEARSAL: skipping sglang's dependency set" in out
+    out = " ".join(run.stdout.split())  # the YAML callback folds long messages
+    # (single-quoted YAML doubles the apostrophe)
+    assert re.search(r"REHEARSAL: skipping sglang'+s dependency set", out), out[-3000:]
     assert "REHEARSAL: not installing nixl-cu13 1.5.1" in out
     home = rehearsal["root"] / "opt" / "pd-appliance"
     marker = json.loads((home / "sglang" / "pd-appliance-patches.json").read_text())
