@@ -5,9 +5,11 @@ BIN := $(VENV)/bin
 INVENTORY ?= inventory/rehearsal
 # The CPU build of torch that the kernel tests run under the Triton interpreter.
 KERNEL_TEST_DEPS ?= torch==2.13.0 triton==3.9.0
-SGLANG_WHEEL_DIR ?= .cache/wheels
+# Pinned wheels the tests install or patch for real (downloaded once from PyPI or PIP_INDEX_URL).
+WHEEL_DIR ?= artifacts/wheels
+SGLANG_WHEEL := $(WHEEL_DIR)/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
 
-.PHONY: venv rehearse deploy test lint syntax pytest molecule molecule-multinode sglang-wheel clean
+.PHONY: venv rehearse deploy test lint syntax pytest molecule molecule-multinode wheels clean
 
 venv: $(BIN)/.pd-installed
 
@@ -25,10 +27,12 @@ rehearse: venv
 deploy: venv
 	$(BIN)/pd-appliance deploy -i $(INVENTORY)
 
-# The pinned SGLang wheel the patch-series tests apply to (downloaded once, from PyPI or PIP_INDEX_URL).
-sglang-wheel: venv
-	@ls $(SGLANG_WHEEL_DIR)/sglang-0.5.23-*.whl >/dev/null 2>&1 || \
-	  $(BIN)/pip download -q --no-deps sglang==0.5.23 -d $(SGLANG_WHEEL_DIR)
+# The pinned SGLang wheel (patch series, rehearsal install) and the NIXL wheels (the NIXL check).
+wheels: venv
+	@test -f $(SGLANG_WHEEL) || $(BIN)/pip download -q --no-deps --only-binary=:all: --implementation cp \
+	  --python-version 3.11 --platform manylinux_2_34_x86_64 -d $(WHEEL_DIR) sglang==0.5.23
+	@ls $(WHEEL_DIR)/nixl_cu13-1.5.1-*.whl >/dev/null 2>&1 || \
+	  $(BIN)/pip download -q --no-deps -d $(WHEEL_DIR) nixl-cu13==1.5.1 nixl==1.5.1
 
 lint: venv
 	$(BIN)/ruff check .
@@ -40,8 +44,8 @@ syntax: venv
 	$(BIN)/ansible-playbook --syntax-check site.yml -i inventory/rehearsal
 	$(BIN)/ansible-playbook --syntax-check site.yml -i inventory/lab
 
-pytest: venv sglang-wheel
-	PD_SGLANG_WHEEL_DIR=$(SGLANG_WHEEL_DIR) $(BIN)/pytest -q
+pytest: venv wheels
+	PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q
 
 molecule: venv
 	cd molecule/.. && PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s default

@@ -17,6 +17,9 @@ PLAY = """
 - name: Driver stage in rehearsal
   hosts: prefill
   gather_facts: true
+  vars:
+    # Stands for the tools venv that appliance_tools creates (NVML facts run with it).
+    appliance_tools_python: "{{ ansible_playbook_python }}"
   roles:
     - role: appliance_defaults
     - role: nvidia_driver
