@@ -9,7 +9,7 @@ KERNEL_TEST_DEPS ?= torch==2.13.0 triton==3.9.0
 WHEEL_DIR ?= artifacts/wheels
 SGLANG_WHEEL := $(WHEEL_DIR)/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
 
-.PHONY: venv rehearse deploy test lint syntax pytest molecule molecule-multinode wheels clean
+.PHONY: venv rehearse deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels clean
 
 venv: $(BIN)/.pd-installed
 
@@ -48,13 +48,16 @@ pytest: venv wheels
 	PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q
 
 molecule: venv
-	cd molecule/.. && PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s default
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s default
 
 molecule-multinode: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s multinode
 
-# The README's test command: lint, syntax, unit + integration tests, molecule rehearsal scenario.
-test: lint syntax pytest molecule
+molecule-driver: venv
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s driver
+
+# The README's test command: lint, syntax, unit + integration tests, the molecule scenarios.
+test: lint syntax pytest molecule molecule-driver molecule-multinode
 
 clean:
 	rm -rf .rehearsal artifacts/runs
