@@ -1,40 +1,18 @@
-"""Shared fixtures: paths, and running ansible-playbook from the checkout's venv."""
+"""Fixtures shared by every test area (helpers live in pd_testlib)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from pd_testlib import ROOT
 
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
-
-
-def ansible_env() -> dict[str, str]:
-    """Environment for ansible-playbook: this venv first on PATH, the checkout's ansible.cfg."""
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
-    env["ANSIBLE_NOCOLOR"] = "1"
-    env["ANSIBLE_FORCE_COLOR"] = "0"
-    return env
-
-
-def run_playbook(playbook: str | Path, inventory: str | Path, *args: str, timeout: int = 900):
-    """Run ansible-playbook from the checkout and return the CompletedProcess (never raises on rc)."""
-    binary = Path(sys.executable).parent / "ansible-playbook"
-    cmd = [str(binary) if binary.exists() else "ansible-playbook", str(playbook), "-i", str(inventory), *args]
-    return subprocess.run(
-        cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False
-    )
 
 
 @pytest.fixture

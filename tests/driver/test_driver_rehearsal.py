@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_playbook
+from pd_testlib import ROOT, run_playbook
 
 pytestmark = pytest.mark.slow
 

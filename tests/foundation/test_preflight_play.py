@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_playbook
+from pd_testlib import run_playbook
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_playbook
+from pd_testlib import run_playbook
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from validation_play_helpers import run_playbook
+
+from pd_testlib import run_playbook
 
 pytestmark = pytest.mark.slow
 

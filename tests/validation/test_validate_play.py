@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from validation_play_helpers import run_playbook, validation_extra_vars
+from validation_play_helpers import validation_extra_vars
+
+from pd_testlib import run_playbook
 
 pytestmark = pytest.mark.slow
 

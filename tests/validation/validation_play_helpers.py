@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,13 +9,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = ROOT / "tests" / "bench" / "openai_stream_double.py"
-
-# tests/conftest.py by path: several conftest modules exist, so "import conftest" is ambiguous.
-_spec = importlib.util.spec_from_file_location("pd_tests_root_conftest", ROOT / "tests" / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-_root_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_root_conftest)
-run_playbook = _root_conftest.run_playbook
 
 
 class DoubleProcess:

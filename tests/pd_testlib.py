@@ -1,0 +1,33 @@
+"""Helpers shared by the test areas: paths, and running ansible-playbook from the checkout's venv.
+
+A module of its own (tests/ is on pytest's pythonpath) because every area has a conftest.py, and
+`from conftest import ...` would pick whichever of them was imported first.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ansible_env() -> dict[str, str]:
+    """Environment for ansible-playbook: this venv first on PATH, the checkout's ansible.cfg."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    env["ANSIBLE_FORCE_COLOR"] = "0"
+    return env
+
+
+def run_playbook(playbook: str | Path, inventory: str | Path, *args: str, timeout: int = 900):
+    """Run ansible-playbook from the checkout and return the CompletedProcess (never raises on rc)."""
+    binary = Path(sys.executable).parent / "ansible-playbook"
+    cmd = [str(binary) if binary.exists() else "ansible-playbook", str(playbook), "-i", str(inventory), *args]
+    return subprocess.run(
+        cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
