@@ -165,7 +165,7 @@ def measure_shape(upstream, pools, ceilings: dict[str, float], batch: int, heads
         "heads": heads,
         "err_ours": relative_error(ours_out, ref_out),
         "err_upstream": relative_error(up_out, ref_out),
-        "config": smd.choose_config(batch, heads, (SWA_TOPK + EXTRA_TOPK) // 16, sm_count).__dict__,
+        "config": smd.default_config(batch, heads, SWA_TOPK, EXTRA_TOPK, sm_count).__dict__,
         "resources": {
             name: {"shared": k.metadata.shared, "regs": k.n_regs, "spills": k.n_spills}
             for name, k in smd.LAST_LAUNCH.items()
@@ -184,15 +184,21 @@ def measure_shape(upstream, pools, ceilings: dict[str, float], batch: int, heads
     row |= {"floor_bytes": nbytes, "floor_flops": flops, "floor_us": floor_s * 1e6}
     if args.sweep:
         row["sweep"] = {}
-        variants = {f"pps{pps}": {"programs_per_sm": pps} for pps in (1, 4)}
-        variants["min1tile"] = {"min_tiles_per_split": 1}
-        variants["n32w8_pps1"] = {"block_n": 32, "num_warps": 8, "programs_per_sm": 1}
-        variants["n32w8_pps2"] = {"block_n": 32, "num_warps": 8, "programs_per_sm": 2}
-        if heads >= 32:
-            variants["h32w8_pps1"] = {"block_h": 32, "num_warps": 8, "programs_per_sm": 1}
+        # Split-KV variants are built by choose_config, two-phase ones by two_phase_config ("tp" keys).
+        variants = {"splitkv": {}, "splitkv_pps4": {"programs_per_sm": 4}}
+        for bn, bd, pbh, st in [] if args.sweep == "splitkv" else [
+            (64, 64, 0, 1), (64, 32, 0, 1), (64, 16, 0, 1), (32, 32, 0, 1), (32, 16, 0, 1),
+            (64, 32, 32, 1), (32, 32, 32, 1),
+        ]:  # fmt: skip
+            variants[f"tp_n{bn}_d{bd}_ph{pbh}_s{st}"] = {
+                "block_n": bn, "block_d": bd, "pv_block_h": pbh, "num_stages": st,
+            }  # fmt: skip
         for key, kw in variants.items():
             tiles = (SWA_TOPK + EXTRA_TOPK) // kw.get("block_n", 16)
-            cfg = smd.choose_config(batch, heads, tiles, sm_count, **kw)
+            if key.startswith("tp"):
+                cfg = smd.two_phase_config(heads, tiles, **kw)
+            else:
+                cfg = smd.choose_config(batch, heads, tiles, sm_count, **kw)
             out_v, _ = call_ours(pools, s0, config=cfg)
             fn = lambda i, c=cfg: call_ours(pools, sets[i], config=c)  # noqa: E731
             row["sweep"][key] = {
@@ -234,7 +240,13 @@ def main() -> int:
     parser.add_argument("--heads", default="16,64")
     parser.add_argument("--sets", type=int, default=4, help="input sets rotated per measurement")
     parser.add_argument("--pool-pages", type=int, default=1024, help="256-token pages per cache pool")
-    parser.add_argument("--sweep", action="store_true", help="also time other split targets (graph)")
+    parser.add_argument(
+        "--sweep",
+        nargs="?",
+        const="full",
+        choices=["full", "splitkv"],
+        help="also time other configurations (graph): all, or only the split-KV ones",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")

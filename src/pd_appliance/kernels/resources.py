@@ -40,6 +40,7 @@ _POINTERS = {
     "lse_ptr": "*fp32",
     "mid_o_ptr": "*fp32",
     "mid_lse_ptr": "*fp32",
+    "s_ptr": "*fp32",
 }
 # Integer arguments that are multiples of 16 in SGLang's calls (Triton specializes those at launch).
 _ALIGNED_INTS = {
@@ -74,7 +75,6 @@ def compile_split_kernel(
     arch: int, config: smd.LaunchConfig, *, final: bool, has_extra: bool = True, has_sink: bool = True
 ) -> KernelResources:
     """Compile _split_kernel for sm_<arch> with `config` and report its shared memory and registers."""
-    fn = smd._split_kernel
     constexprs = {
         "HAS_LEN1": True,
         "HAS_EXTRA": has_extra,
@@ -86,6 +86,25 @@ def compile_split_kernel(
         "DOT_DTYPE": tl.bfloat16,
         "EMULATE_RNE": False,
     }
+    return _compile(arch, smd._split_kernel, constexprs, config.num_warps, config.num_stages)
+
+
+def compile_two_phase_kernels(
+    arch: int, config: smd.LaunchConfig, *, has_extra: bool = True, has_sink: bool = True
+) -> dict[str, KernelResources]:
+    """Compile the two-phase path's _scores_kernel and _pv_kernel for sm_<arch> with `config`."""
+    flags = {"HAS_LEN1": True, "HAS_EXTRA": has_extra, "HAS_LEN2": has_extra, "BLOCK_N": config.block_n}
+    flags["DOT_DTYPE"] = tl.bfloat16
+    scores = {**flags, "BLOCK_H": config.block_h}
+    pv = {**flags, "BLOCK_H": config.pv_block_h or config.block_h, "HAS_SINK": has_sink}
+    pv |= {"BLOCK_D": config.block_d, "EMULATE_RNE": False}
+    return {
+        "scores": _compile(arch, smd._scores_kernel, scores, config.num_warps, config.num_stages),
+        "pv": _compile(arch, smd._pv_kernel, pv, config.pv_warps, config.num_stages),
+    }
+
+
+def _compile(arch: int, fn, constexprs: dict, num_warps: int, num_stages: int) -> KernelResources:
     signature = {}
     for name in fn.arg_names:
         if name in constexprs:
@@ -99,11 +118,11 @@ def compile_split_kernel(
         else:
             signature[name] = "i32"
     aligned = set(_POINTERS) | _ALIGNED_INTS
-    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned if n in fn.arg_names}
     kernel = triton.compile(
         ASTSource(fn, signature, constexprs, attrs),
         target=GPUTarget("cuda", arch, 32),
-        options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+        options={"num_warps": num_warps, "num_stages": num_stages},
     )
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "k.ptx")
@@ -161,7 +180,19 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     for final in (True,) if args.final_only else (False, True):
         res = compile_split_kernel(args.arch, config, final=final)
-        print(json.dumps({"final": final, "config": dataclasses.asdict(config), **dataclasses.asdict(res)}))
+        kernel = "split_final" if final else "split"
+        print(json.dumps({"kernel": kernel, "config": dataclasses.asdict(config), **dataclasses.asdict(res)}))
+    if not args.final_only:
+        # The two-phase path's default configurations (64 and 16 heads; see default_config).
+        for heads in (64, 16):
+            tp = smd.default_config(64, heads, 128, 512, args.sm_count)
+            for name, res in compile_two_phase_kernels(args.arch, tp).items():
+                row = {
+                    "kernel": f"{name}_h{heads}",
+                    "config": dataclasses.asdict(tp),
+                    **dataclasses.asdict(res),
+                }
+                print(json.dumps(row))
     return 0
 
 

@@ -393,6 +393,209 @@ def _combine_kernel(
         tl.store(_lse_ptrs(lse_ptr, row, s_q, H, offs_h), lse, mask=h_mask)
 
 
+@triton.jit
+def _tile_tokens(
+    tile, row, valid_len, idx_ptr, idx_stride, topk, page_size, page_bytes, BLOCK_N: tl.constexpr
+):  # fmt: skip
+    """Token slots of one tile: (local offsets, valid mask, page byte base, slot in page)."""
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    raw = tl.load(idx_ptr + row.to(tl.int64) * idx_stride + offs_n, mask=offs_n < topk, other=-1)
+    valid = (offs_n < valid_len) & (raw >= 0)
+    tok = tl.where(valid, raw, 0).to(tl.int64)
+    page = tok // page_size
+    slot = tok - page * page_size
+    return offs_n, valid, page * page_bytes, slot
+
+
+@triton.jit
+def _score_tile(
+    q_row, q_stride_h, offs_h, h_mask, s_rows, col0,
+    tile, row, valid_len, idx_ptr, idx_stride, topk,
+    fp8_ptr, u8_ptr, bf16_ptr, page_size, page_bytes, scale_off, qk_scale_log2,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """Scores (base 2, -inf where invalid) of BLOCK_H heads x one tile of BLOCK_N tokens."""
+    offs_n, valid, base, slot = _tile_tokens(
+        tile, row, valid_len, idx_ptr, idx_stride, topk, page_size, page_bytes, BLOCK_N
+    )
+    data = base + slot * 576
+    lane = tl.arange(0, 64)
+    q_ptrs = q_row + offs_h[:, None] * q_stride_h + lane[None, :]
+    e_ptrs = u8_ptr + base + scale_off + slot * 8
+    acc = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
+    for g in tl.static_range(7):
+        n = tl.load(fp8_ptr + (data[:, None] + g * 64 + lane[None, :]))
+        e = tl.load(e_ptrs + g).to(tl.int32)
+        scale = (e << 23).to(tl.float32, bitcast=True).to(DOT_DTYPE)
+        k = tl.where(valid[:, None], n.to(DOT_DTYPE) * scale[:, None], 0.0)
+        qg = tl.load(q_ptrs + g * 64, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
+        acc = tl.dot(qg, tl.trans(k), acc)
+    rope = tl.load(bf16_ptr + ((data // 2 + 224)[:, None] + lane[None, :]))
+    k7 = tl.where(valid[:, None], rope.to(DOT_DTYPE), 0.0)
+    q7 = tl.load(q_ptrs + 448, mask=h_mask[:, None], other=0.0).to(DOT_DTYPE)
+    acc = tl.dot(q7, tl.trans(k7), acc)
+    s = tl.where(valid[None, :], acc * qk_scale_log2, float("-inf"))
+    tl.store(s_rows + col0 + offs_n[None, :], s, mask=h_mask[:, None] & (offs_n < topk)[None, :])
+
+
+@triton.jit
+def _scores_kernel(
+    q_ptr, q_stride_r, q_stride_h,
+    idx1_ptr, idx1_stride, topk1, len1_ptr, fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1,
+    idx2_ptr, idx2_stride, topk2, len2_ptr, fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2,
+    s_ptr, H, s_q, s_cols, qk_scale_log2,
+    HAS_LEN1: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_LEN2: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """Two-phase path, phase 1. Grid (tiles of both caches, head blocks, rows): one program scores
+    one tile of BLOCK_N tokens for BLOCK_H heads (the full 512-dim dot, K dequantized once for all
+    of them) into s [rows, H, s_cols]; tiles past the row's valid length are skipped (never read)."""
+    t = tl.program_id(0)
+    hb = tl.program_id(1)
+    row = tl.program_id(2)
+    batch = row // s_q
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_mask = offs_h < H
+    q_row = q_ptr + row.to(tl.int64) * q_stride_r
+    s_rows = s_ptr + (row.to(tl.int64) * H + offs_h)[:, None] * s_cols
+    tiles1 = tl.cdiv(topk1, BLOCK_N)
+    if t < tiles1:
+        len1 = topk1
+        if HAS_LEN1:
+            len1 = tl.minimum(tl.load(len1_ptr + batch), topk1)
+        if t * BLOCK_N < len1:
+            _score_tile(
+                q_row, q_stride_h, offs_h, h_mask, s_rows, 0,
+                t, row, len1, idx1_ptr, idx1_stride, topk1,
+                fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1, qk_scale_log2,
+                BLOCK_H, BLOCK_N, DOT_DTYPE,
+            )  # fmt: skip
+    elif HAS_EXTRA:
+        len2 = topk2
+        if HAS_LEN2:
+            len2 = tl.minimum(tl.load(len2_ptr + batch), topk2)
+        t2 = t - tiles1
+        if t2 * BLOCK_N < len2:
+            _score_tile(
+                q_row, q_stride_h, offs_h, h_mask, s_rows, tiles1 * BLOCK_N,
+                t2, row, len2, idx2_ptr, idx2_stride, topk2,
+                fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2, qk_scale_log2,
+                BLOCK_H, BLOCK_N, DOT_DTYPE,
+            )  # fmt: skip
+
+
+@triton.jit
+def _pv_loop(
+    m_i, l_i, acc, s_rows, col0, h_mask, d, group,
+    row, valid_len, idx_ptr, idx_stride, topk,
+    fp8_ptr, u8_ptr, bf16_ptr, page_size, page_bytes, scale_off,
+    BLOCK_N: tl.constexpr, IS_ROPE: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """All tiles of one cache: online softmax over the stored scores, then P x V into this
+    program's BLOCK_D dims (FP8 times the group's UE8M0 scale, or the BF16 rope)."""
+    for tile in range(0, tl.cdiv(tl.maximum(valid_len, 0), BLOCK_N)):
+        offs_n, valid, base, slot = _tile_tokens(
+            tile, row, valid_len, idx_ptr, idx_stride, topk, page_size, page_bytes, BLOCK_N
+        )
+        data = base + slot * 576
+        s = tl.load(
+            s_rows + col0 + offs_n[None, :], mask=h_mask[:, None] & valid[None, :], other=float("-inf")
+        )
+        if IS_ROPE:
+            r = tl.load(bf16_ptr + ((data // 2 + 224)[:, None] + (d - 448)[None, :]))
+            v = tl.where(valid[:, None], r.to(DOT_DTYPE), 0.0)
+        else:
+            n = tl.load(fp8_ptr + (data[:, None] + d[None, :]))
+            e = tl.load(u8_ptr + base + scale_off + slot * 8 + group).to(tl.int32)
+            scale = (e << 23).to(tl.float32, bitcast=True).to(DOT_DTYPE)
+            v = tl.where(valid[:, None], n.to(DOT_DTYPE) * scale[:, None], 0.0)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(DOT_DTYPE), v, acc * alpha[:, None])
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _pv_row(
+    m_i, l_i, acc, s_rows, h_mask, d, group, row, batch,
+    idx1_ptr, idx1_stride, topk1, len1_ptr, fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1,
+    idx2_ptr, idx2_stride, topk2, len2_ptr, fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2,
+    HAS_LEN1: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_LEN2: tl.constexpr,
+    BLOCK_N: tl.constexpr, IS_ROPE: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """The SWA cache's tiles, then the extra cache's (its scores follow the SWA tiles' columns)."""
+    len1 = topk1
+    if HAS_LEN1:
+        len1 = tl.minimum(tl.load(len1_ptr + batch), topk1)
+    m_i, l_i, acc = _pv_loop(
+        m_i, l_i, acc, s_rows, 0, h_mask, d, group, row, len1, idx1_ptr, idx1_stride, topk1,
+        fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1, BLOCK_N, IS_ROPE, DOT_DTYPE,
+    )  # fmt: skip
+    if HAS_EXTRA:
+        len2 = topk2
+        if HAS_LEN2:
+            len2 = tl.minimum(tl.load(len2_ptr + batch), topk2)
+        m_i, l_i, acc = _pv_loop(
+            m_i, l_i, acc, s_rows, tl.cdiv(topk1, BLOCK_N) * BLOCK_N, h_mask, d, group,
+            row, len2, idx2_ptr, idx2_stride, topk2,
+            fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2, BLOCK_N, IS_ROPE, DOT_DTYPE,
+        )  # fmt: skip
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _pv_kernel(
+    idx1_ptr, idx1_stride, topk1, len1_ptr, fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1,
+    idx2_ptr, idx2_stride, topk2, len2_ptr, fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2,
+    s_ptr, sink_ptr, out_ptr, out_stride_r, out_stride_h, lse_ptr, H, s_q, s_cols,
+    HAS_LEN1: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_LEN2: tl.constexpr, HAS_SINK: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    EMULATE_RNE: tl.constexpr,
+):  # fmt: skip
+    """Two-phase path, phase 2. Grid (512 / BLOCK_D, head blocks, rows): softmax over the row's
+    stored scores and the BLOCK_D output dims of BLOCK_H heads, so each V slice is gathered and
+    dequantized once per head block; then the sink, the empty-row convention, out and lse."""
+    c = tl.program_id(0)
+    hb = tl.program_id(1)
+    row = tl.program_id(2)
+    batch = row // s_q
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_mask = offs_h < H
+    d = c * BLOCK_D + tl.arange(0, BLOCK_D)
+    group = (c * BLOCK_D) // 64
+    s_rows = s_ptr + (row.to(tl.int64) * H + offs_h)[:, None] * s_cols
+    m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    if c * BLOCK_D < 448:
+        m_i, l_i, acc = _pv_row(
+            m_i, l_i, acc, s_rows, h_mask, d, group, row, batch,
+            idx1_ptr, idx1_stride, topk1, len1_ptr, fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1,
+            idx2_ptr, idx2_stride, topk2, len2_ptr, fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2,
+            HAS_LEN1, HAS_EXTRA, HAS_LEN2, BLOCK_N, False, DOT_DTYPE,
+        )  # fmt: skip
+    else:
+        m_i, l_i, acc = _pv_row(
+            m_i, l_i, acc, s_rows, h_mask, d, group, row, batch,
+            idx1_ptr, idx1_stride, topk1, len1_ptr, fp8_1, u8_1, bf16_1, page_size1, page_bytes1, scale_off1,
+            idx2_ptr, idx2_stride, topk2, len2_ptr, fp8_2, u8_2, bf16_2, page_size2, page_bytes2, scale_off2,
+            HAS_LEN1, HAS_EXTRA, HAS_LEN2, BLOCK_N, True, DOT_DTYPE,
+        )  # fmt: skip
+    inv_l, lse2 = _row_weight(l_i, m_i)
+    sink2 = lse2
+    if HAS_SINK:
+        sink2 = tl.load(sink_ptr + offs_h, mask=h_mask, other=0.0).to(tl.float32) * 1.4426950408889634
+    factor = (inv_l * _sink_weight(lse2, sink2, HAS_SINK))[:, None]
+    o_ptrs = out_ptr + row.to(tl.int64) * out_stride_r + offs_h[:, None] * out_stride_h + d[None, :]
+    tl.store(o_ptrs, _to_bf16(acc * factor, EMULATE_RNE), mask=h_mask[:, None])
+    if c == 0:
+        lse = tl.where(lse2 == float("-inf"), float("-inf"), lse2 * 0.6931471805599453)
+        tl.store(_lse_ptrs(lse_ptr, row, s_q, H, offs_h), lse, mask=h_mask)
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """Tile shape and split count of one call (derived from shapes only, so graph-safe)."""
@@ -403,6 +606,11 @@ class LaunchConfig:
     num_stages: int
     num_splits: int
     tiles_per_split: int
+    # Two-phase path (large batches): scores kernel, then a softmax x V kernel per BLOCK_D dims.
+    two_phase: bool = False
+    block_d: int = 64
+    pv_warps: int = 4
+    pv_block_h: int = 0  # heads per phase-2 program; 0: block_h
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -449,6 +657,51 @@ def choose_config(
     tiles_per_split = triton.cdiv(tiles, num_splits)
     num_splits = triton.cdiv(tiles, tiles_per_split)
     return LaunchConfig(block_h, block_n, num_warps, num_stages, num_splits, tiles_per_split)
+
+
+# rows x heads from which the two-phase path is the default. Measured on the H200 (graph replay,
+# benchmarks/results/sparse_mla_decode-2026-12-02-h200-two-phase.md): faster at B=16 H=64 (35 vs 55 us),
+# B=64 H=16 (47 vs 55 us) and B=64 H=64 (101 vs 165 us); slower at B=16 H=16 and B=4 H=64 (256).
+TWO_PHASE_MIN_ROW_HEADS = 1024
+
+
+def two_phase_config(
+    num_heads: int,
+    total_tiles: int,
+    *,
+    block_h: int | None = None,
+    block_n: int | None = None,
+    block_d: int = 32,
+    num_warps: int = 4,
+    pv_warps: int = 4,
+    pv_block_h: int | None = None,
+    num_stages: int = 1,
+) -> LaunchConfig:
+    """Two-phase path: phase 1 scores BLOCK_H heads x block_n tokens per program (K dequantized
+    once per row for up to 64 heads), phase 2 takes block_d output dims of BLOCK_H heads per program
+    over the whole row (V dequantized once per row). total_tiles counts tiles of block_n tokens
+    (default_config picks both)."""
+    if block_h is None:
+        block_h = max(16, min(64, triton.next_power_of_2(num_heads)))
+    if block_n is None:
+        # 64-token tiles at 64 heads; 32 at 16 (64 spilled 4 B in the sm_120 build, same speed).
+        block_n = 64 if block_h >= 64 else 32
+    if pv_block_h is None:
+        # Phase 2 with 64 heads x 32 dims spilled 16 B on sm_120; 32 heads did not, same speed at B=16.
+        pv_block_h = 32 if block_h >= 64 else 0
+    tiles = max(1, total_tiles)
+    return LaunchConfig(
+        block_h, block_n, num_warps, num_stages, 1, tiles, True, block_d, pv_warps, pv_block_h
+    )
+
+
+def default_config(rows: int, num_heads: int, topk1: int, topk2: int, sm_count: int) -> LaunchConfig:
+    """The configuration a call without `config` gets: two-phase from TWO_PHASE_MIN_ROW_HEADS rows x
+    heads, split-KV below (topk2 = 0 without an extra cache)."""
+    if rows * num_heads >= TWO_PHASE_MIN_ROW_HEADS:
+        block_n = two_phase_config(num_heads, 1).block_n
+        return two_phase_config(num_heads, triton.cdiv(topk1, block_n) + triton.cdiv(topk2, block_n))
+    return choose_config(rows, num_heads, triton.cdiv(topk1, 16) + triton.cdiv(topk2, 16), sm_count)
 
 
 def _cache_views(k_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
@@ -525,11 +778,26 @@ def sparse_mla_decode(
         fp8_2, u8_2, bf16_2, ps2, pb2, idx2, topk2 = fp8_1, u8_1, bf16_1, ps1, pb1, idx1, 0
 
     sm_count = _sm_count(q.device)
-    block_n = config.block_n if config is not None else 16
-    total_tiles = triton.cdiv(topk1, block_n) + (triton.cdiv(topk2, block_n) if has_extra else 0)
+
+    def tiles_of(block_n: int) -> int:
+        return triton.cdiv(topk1, block_n) + (triton.cdiv(topk2, block_n) if has_extra else 0)
+
     if config is None:
-        config = choose_config(rows, num_heads, total_tiles, sm_count)
-    elif config.num_splits * config.tiles_per_split < total_tiles:
+        config = default_config(rows, num_heads, topk1, topk2 if has_extra else 0, sm_count)
+    block_n = config.block_n
+    total_tiles = tiles_of(block_n)
+    if config.two_phase:
+        if config.tiles_per_split < total_tiles:
+            raise ValueError(
+                f"config covers {config.tiles_per_split} tiles but the call has {total_tiles} tiles of "
+                f"{block_n} tokens: build it with two_phase_config(..., total_tiles={total_tiles})"
+            )
+        return _two_phase(
+            config, q3, idx1, topk1, topk_length, fp8_1, u8_1, bf16_1, ps1, pb1,
+            idx2, topk2, extra_topk_length if has_extra else None, fp8_2, u8_2, bf16_2, ps2, pb2,
+            has_extra, attn_sink, softmax_scale, dot_tl, interpret, batch, s_q, num_heads,
+        )  # fmt: skip
+    if config.num_splits * config.tiles_per_split < total_tiles:
         raise ValueError(
             f"config covers {config.num_splits} x {config.tiles_per_split} tiles but the call has "
             f"{total_tiles} tiles of {block_n} tokens: build it with "
@@ -590,6 +858,54 @@ def sparse_mla_decode(
     return out, lse
 
 
+def _two_phase(
+    config, q3, idx1, topk1, len1, fp8_1, u8_1, bf16_1, ps1, pb1,
+    idx2, topk2, len2, fp8_2, u8_2, bf16_2, ps2, pb2,
+    has_extra, attn_sink, softmax_scale, dot_tl, interpret, batch, s_q, num_heads,
+):  # fmt: skip
+    """Launch the scores kernel and the softmax x V kernel (see two_phase_config)."""
+    rows = q3.shape[0]
+    device = q3.device
+    out = torch.empty(batch, s_q, num_heads, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    lse = torch.empty(batch, num_heads, s_q, dtype=torch.float32, device=device)
+    out3 = out.view(rows, num_heads, HEAD_DIM)
+    bn, bh = config.block_n, config.block_h
+    tiles1 = triton.cdiv(topk1, bn)
+    tiles2 = triton.cdiv(topk2, bn) if has_extra else 0
+    s_cols = (tiles1 + tiles2) * bn
+    scores = torch.empty(rows, num_heads, s_cols, dtype=torch.float32, device=device)
+    dummy_i32 = idx1
+    sink = attn_sink if attn_sink is not None else lse
+    len1_arg = len1 if len1 is not None else dummy_i32
+    len2_arg = len2 if len2 is not None else dummy_i32
+    cache1 = (idx1, idx1.stride(0), topk1, len1_arg, fp8_1, u8_1, bf16_1, ps1, pb1, ps1 * TOKEN_DATA_BYTES)
+    cache2 = (idx2, idx2.stride(0), topk2, len2_arg, fp8_2, u8_2, bf16_2, ps2, pb2, ps2 * TOKEN_DATA_BYTES)
+    flags = {
+        "HAS_LEN1": len1 is not None,
+        "HAS_EXTRA": has_extra,
+        "HAS_LEN2": has_extra and len2 is not None,
+        "BLOCK_H": bh,
+        "BLOCK_N": bn,
+        "DOT_DTYPE": dot_tl,
+    }
+    head_blocks = triton.cdiv(num_heads, bh)
+    kw1 = {} if interpret else {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    LAST_LAUNCH.pop("combine", None)
+    LAST_LAUNCH["split"] = _scores_kernel[(tiles1 + tiles2, head_blocks, rows)](
+        q3, q3.stride(0), q3.stride(1), *cache1, *cache2,
+        scores, num_heads, s_q, s_cols, softmax_scale * LOG2E, **flags, **kw1,
+    )  # fmt: skip
+    kw2 = {} if interpret else {"num_warps": config.pv_warps, "num_stages": config.num_stages}
+    pv_bh = config.pv_block_h or bh
+    flags["BLOCK_H"] = pv_bh
+    LAST_LAUNCH["combine"] = _pv_kernel[(HEAD_DIM // config.block_d, triton.cdiv(num_heads, pv_bh), rows)](
+        *cache1, *cache2, scores, sink, out3, out3.stride(0), out3.stride(1), lse,
+        num_heads, s_q, s_cols, **flags,
+        HAS_SINK=attn_sink is not None, BLOCK_D=config.block_d, EMULATE_RNE=interpret, **kw2,
+    )  # fmt: skip
+    return out, lse
+
+
 def floor_bytes_flops(
     rows: int, num_heads: int, tokens_per_row: int, index_bytes_per_row: int = 0
 ) -> tuple[int, int]:
@@ -605,6 +921,8 @@ __all__ = [
     "LAST_LAUNCH",
     "LaunchConfig",
     "choose_config",
+    "default_config",
     "floor_bytes_flops",
     "sparse_mla_decode",
+    "two_phase_config",
 ]
