@@ -105,9 +105,9 @@ def assert_nothing_left() -> None:
 
 @pytest.fixture
 def lab() -> Iterator[None]:
-    """A fresh lab for one test; destroyed afterwards, and the destroy must leave nothing."""
-    create_lab()
+    """A fresh lab for one test; destroyed afterwards (also when create fails), leaving nothing."""
     try:
+        create_lab()
         yield
     finally:
         destroyed = destroy_lab()
