@@ -106,7 +106,7 @@ def validation_figures(root: Path) -> list[str]:
         for gate in data.get("gates", []):
             lines.append(
                 f"  {report.parent.name}: {gate.get('name')}: {gate.get('measured')} "
-                f"(min {gate.get('threshold')}) {'ok' if gate.get('passed') else 'BELOW'}"
+                f"(limit {gate.get('limit')}) {'ok' if gate.get('passed') else 'FAILED'}"
             )
         lines.append(f"  {report.parent.name}: validation {verdict} ({report})")
     return lines

@@ -55,8 +55,8 @@ def test_summary_screen_shows_validation_figures(tmp_path: Path):
             {
                 "passed": False,
                 "gates": [
-                    {"name": "bs1 output tok/s", "measured": 41.0, "threshold": 40.0, "passed": True},
-                    {"name": "c16 output tok/s", "measured": 90.0, "threshold": 100.0, "passed": False},
+                    {"name": "bs1 output tok/s", "measured": 41.0, "limit": 40.0, "passed": True},
+                    {"name": "c16 output tok/s", "measured": 90.0, "limit": 100.0, "passed": False},
                 ],
             }
         )
@@ -65,7 +65,7 @@ def test_summary_screen_shows_validation_figures(tmp_path: Path):
     summary.status, summary.rc = "failed", 2
     screen = cli.render_summary(summary, tmp_path / "run", tmp_path)
     assert "stages: Preflight - validate -> Serve - supervisor" in screen
-    assert "c16 output tok/s: 90.0 (min 100.0) BELOW" in screen
+    assert "c16 output tok/s: 90.0 (limit 100.0) FAILED" in screen
     assert "validation FAIL" in screen
     assert len(screen.splitlines()) < 40
 
