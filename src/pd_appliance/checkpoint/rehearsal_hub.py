@@ -257,28 +257,24 @@ class RehearsalHub:
         with self._lock:
             self.requests.append((method, path))
 
+    def _announce(self) -> None:
+        log.info(
+            "%s: serving %s@%s from %s at %s",
+            LABEL,
+            self.repo.repo_id,
+            self.repo.commit,
+            self.repo.root,
+            self.url,
+        )
+
     def start(self) -> RehearsalHub:
         self._thread = threading.Thread(target=self._server.serve_forever, name="rehearsal-hub", daemon=True)
         self._thread.start()
-        log.info(
-            "%s: serving %s@%s from %s at %s",
-            LABEL,
-            self.repo.repo_id,
-            self.repo.commit,
-            self.repo.root,
-            self.url,
-        )
+        self._announce()
         return self
 
     def serve_forever(self) -> None:
-        log.info(
-            "%s: serving %s@%s from %s at %s",
-            LABEL,
-            self.repo.repo_id,
-            self.repo.commit,
-            self.repo.root,
-            self.url,
-        )
+        self._announce()
         self._server.serve_forever()
 
     def stop(self) -> None:
