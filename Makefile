@@ -9,20 +9,27 @@ KERNEL_TEST_DEPS ?= torch==2.13.0 triton==3.9.0
 WHEEL_DIR ?= artifacts/wheels
 SGLANG_WHEEL := $(WHEEL_DIR)/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
 
-.PHONY: venv rehearse deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels clean
+.PHONY: venv rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels clean
 
 venv: $(BIN)/.pd-installed
 
-$(BIN)/.pd-installed: pyproject.toml
+$(BIN)/.pd-installed: pyproject.toml standins/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' -e ./standins
 	$(BIN)/pip install -q $(KERNEL_TEST_DEPS)
 	touch $@
 
 # The main job on the embedded default: site.yml against the rehearsal inventory.
 rehearse: venv
+	$(BIN)/ansible-playbook standins/prepare.yml -i $(INVENTORY)
 	$(BIN)/pd-appliance deploy -i $(INVENTORY)
+
+# Stop the rehearsal: supervisord and its programs, then the stand-ins (a no-op when nothing runs).
+stop:
+	@if [ -x $(BIN)/ansible-playbook ]; then \
+	  $(BIN)/ansible-playbook playbooks/day2/stop.yml -i $(INVENTORY) && \
+	  $(BIN)/ansible-playbook standins/cleanup.yml -i $(INVENTORY); fi
 
 deploy: venv
 	$(BIN)/pd-appliance deploy -i $(INVENTORY)
@@ -60,5 +67,5 @@ molecule-driver: venv
 # driver scenarios. The multi-host scenario is `make molecule-multinode` (CI: PD_CI_MULTINODE=1).
 test: lint syntax pytest molecule molecule-driver
 
-clean:
+clean: stop
 	rm -rf .rehearsal artifacts/runs

@@ -15,7 +15,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from pd_appliance.checkpoint import CheckpointRequest
-from pd_appliance.checkpoint.rehearsal_hub import RehearsalHub
+from pd_standins.hub import RehearsalHub
 
 REPO_ID = "nvidia/DeepSeek-V4-Flash-NVFP4"
 

@@ -51,7 +51,7 @@ def test_verify_without_manifest_explains(tmp_path):
 
 
 def test_download_subcommand_takes_the_token_from_the_environment(repo_dir, repo_id, tmp_path):
-    from pd_appliance.checkpoint.rehearsal_hub import RehearsalHub
+    from pd_standins.hub import RehearsalHub
 
     target = tmp_path / "cli-model"
     with RehearsalHub(repo_dir, repo_id, required_token="hf_cliToken") as hub:

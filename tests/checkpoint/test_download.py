@@ -17,7 +17,7 @@ from pd_appliance.checkpoint import (
     verify_directory,
 )
 from pd_appliance.checkpoint.ensure import PARTIAL_DIR
-from pd_appliance.checkpoint.rehearsal_hub import RehearsalHub
+from pd_standins.hub import RehearsalHub
 
 REPO_ID = "nvidia/DeepSeek-V4-Flash-NVFP4"
 SHARD = "model-00002-of-00003.safetensors"

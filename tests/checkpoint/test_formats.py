@@ -21,12 +21,12 @@ from pd_appliance.checkpoint.manifest import (
     load_manifest,
     write_manifest,
 )
-from pd_appliance.checkpoint.rehearsal_hub import RehearsalHub, generate, rehearsal_checkpoint_files
 from pd_appliance.checkpoint.safetensors_format import (
     SafetensorsFormatError,
     check_index,
     read_safetensors_summary,
 )
+from pd_standins.hub import RehearsalHub, generate, rehearsal_checkpoint_files
 
 
 def real_shard(path: Path) -> Path:

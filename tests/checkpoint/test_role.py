@@ -1,6 +1,7 @@
 """The checkpoint role itself, run by ansible-playbook against the rehearsal inventory.
 
-The rehearsal hub (a stand-in for the Hugging Face Hub) serves the generated checkpoint; the real
+The Hub stand-in (pd_standins.hub) serves the generated rehearsal checkpoint at the endpoint the
+test passes as checkpoint_hf_endpoint, as standins/prepare.yml does for a rehearsal; the real
 hf_checkpoint module downloads and verifies it. The second run must change nothing.
 """
 
@@ -11,15 +12,25 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from pd_standins.hub import RehearsalHub, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def playbook(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture
+def standin_hub(tmp_path: Path) -> Iterator[RehearsalHub]:
+    generate(tmp_path / "hub-repo")
+    with RehearsalHub(tmp_path / "hub-repo", "nvidia/DeepSeek-V4-Flash-NVFP4") as server:
+        yield server
+
+
+def playbook(inventory: Path, hub: RehearsalHub, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("USER", "root" if os.geteuid() == 0 else str(os.getlogin()))
@@ -32,6 +43,8 @@ def playbook(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         str(inventory),
         "-e",
         f"appliance_tools_python={sys.executable}",
+        "-e",
+        f"checkpoint_hf_endpoint={hub.url}",
     ]
     return subprocess.run(
         [*command, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
@@ -44,20 +57,18 @@ def recap_changed(output: str) -> int:
     return int(match.group(1))
 
 
-def test_role_downloads_verifies_and_is_idempotent(rehearsal_inventory_copy: Path, tmp_path: Path):
-    first = playbook(rehearsal_inventory_copy)
+def test_role_downloads_verifies_and_is_idempotent(
+    rehearsal_inventory_copy: Path, tmp_path: Path, standin_hub: RehearsalHub
+):
+    first = playbook(rehearsal_inventory_copy, standin_hub)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
-    assert "REHEARSAL: the Hugging Face Hub is not reachable" in first.stdout
     assert recap_changed(first.stdout) >= 1
     model_dir = tmp_path / ".rehearsal/root/srv/models/DeepSeek-V4-Flash-NVFP4"
     manifest = json.loads((model_dir / ".pd-appliance-manifest.json").read_text())
     assert set(manifest["files"]) >= {"config.json", "model.safetensors.index.json"}
-    hub_state = tmp_path / ".rehearsal/root/var/lib/pd-appliance/rehearsal-hub"
-    assert not (hub_state / "hub.json").exists()  # the hub was stopped
-    log = (tmp_path / ".rehearsal/root/var/log/pd-appliance/rehearsal-hub.log").read_text()
-    assert "rehearsal hub (stand-in for the Hugging Face Hub)" in log and "/resolve/" in log
+    assert any("/resolve/" in path for _, path in standin_hub.requests)
 
-    second = playbook(rehearsal_inventory_copy)
+    second = playbook(rehearsal_inventory_copy, standin_hub)
     assert second.returncode == 0, second.stdout[-4000:]
     assert recap_changed(second.stdout) == 0
     assert "fetched 0, hashed 0" in second.stdout
@@ -65,17 +76,11 @@ def test_role_downloads_verifies_and_is_idempotent(rehearsal_inventory_copy: Pat
     # Offline with a truncated shard: the play fails naming the file, and nothing is fetched.
     shard = model_dir / "model-00002-of-00003.safetensors"
     os.truncate(shard, 1000)
-    requests_before = log_lines(tmp_path)
-    offline = playbook(rehearsal_inventory_copy, "-e", "checkpoint_offline=true")
+    requests_before = len(standin_hub.requests)
+    offline = playbook(rehearsal_inventory_copy, standin_hub, "-e", "checkpoint_offline=true")
     assert offline.returncode != 0
     assert (
         "checkpoint_offline is true, so nothing is fetched" in offline.stdout and shard.name in offline.stdout
     )
-    assert not [
-        line for line in log_lines(tmp_path)[len(requests_before) :] if '"GET ' in line or '"HEAD ' in line
-    ]
+    assert standin_hub.requests[requests_before:] == []
     assert shard.stat().st_size == 1000
-
-
-def log_lines(tmp_path: Path) -> list[str]:
-    return (tmp_path / ".rehearsal/root/var/log/pd-appliance/rehearsal-hub.log").read_text().splitlines()

@@ -6,7 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from standin_repo import build_repo
+
+from pd_standins.apt_repo import build_repo
 
 pytestmark = pytest.mark.slow  # runs dpkg-deb and gpg (a few seconds)
 

@@ -25,7 +25,7 @@ from pd_appliance.gpu import (
 from pd_appliance.gpu.diagnose import HostProbe
 from pd_appliance.gpu.facts import GPU_KEYS
 from pd_appliance.gpu.sysfs import SECURE_BOOT_EFIVAR, nvidia_pci_gpus, sysfs_pci_address
-from pd_appliance.simulated import simulated_gpu
+from pd_standins.gpus import simulated_gpu
 
 RECORDED_FACTS = json.loads((FIXTURES / "nvml_facts.json").read_text())
 

@@ -21,7 +21,7 @@ import yaml
 from supervisor.datatypes import dict_of_key_value_pairs
 from supervisor.options import UnhosedConfigParser
 
-from pd_appliance.simulated import simulated_gpu
+from pd_standins.gpus import simulated_gpu
 from pd_testlib import run_playbook
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 
 from pd_appliance.serving.commands import CommandError, router_argv, sglang_argv, worker_url
 from pd_appliance.serving.pinning import PinningError, check_gpu_sets, gpu_binding
-from pd_appliance.simulated import simulated_gpu
+from pd_standins.gpus import simulated_gpu
 
 LAB_FACTS = [dict(simulated_gpu(i), simulated=False) for i in range(8)]
 

@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
-from pd_appliance.sim import SIMULATOR_HEADER
-from pd_appliance.sim.cli import config_from_args
-from pd_appliance.sim.server import SimConfig, serve
-from pd_appliance.sim.text import CannedCompletions
+from pd_standins.engine import SIMULATOR_HEADER
+from pd_standins.engine.cli import config_from_args
+from pd_standins.engine.server import SimConfig, serve
+from pd_standins.engine.text import CannedCompletions
 
 
 def _free_port() -> int:

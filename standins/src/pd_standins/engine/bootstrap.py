@@ -19,7 +19,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from pd_appliance.sim import SIMULATOR_NAME
+from pd_standins.engine import SIMULATOR_NAME
 
 ROOM_TTL_S = 300.0
 

@@ -3,7 +3,7 @@
 Timing model: a prefill costs `ttft_s`, every output token `tpot_s`. In PD mode the prefill-role
 instance spends the TTFT and then releases the bootstrap room; the decode-role instance waits for
 that room (through the prefill's bootstrap port, as SGLang's decode waits for the KV transfer)
-and then streams the tokens. Output text is decided by pd_appliance.sim.text.
+and then streams the tokens. Output text is decided by pd_standins.engine.text.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 
 from aiohttp import web
 
-from pd_appliance import __version__
-from pd_appliance.sim import SIMULATOR_BANNER, SIMULATOR_HEADER, SIMULATOR_NAME
-from pd_appliance.sim.bootstrap import BootstrapRooms, RendezvousError, rendezvous
-from pd_appliance.sim.text import CannedCompletions, Completion, complete, count_prompt_tokens
+from pd_standins import __version__
+from pd_standins.engine import SIMULATOR_BANNER, SIMULATOR_HEADER, SIMULATOR_NAME
+from pd_standins.engine.bootstrap import BootstrapRooms, RendezvousError, rendezvous
+from pd_standins.engine.text import CannedCompletions, Completion, complete, count_prompt_tokens
 
 UNGUARDED_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
 ROLES = ("null", "prefill", "decode")

@@ -9,7 +9,7 @@ pretends to be SGLang: every response carries an ``X-PD-Simulator`` header and /
 
 from __future__ import annotations
 
-from pd_appliance import __version__
+from pd_standins import __version__
 
 SIMULATOR_NAME = "pd-sim-worker"
 SIMULATOR_HEADER = "X-PD-Simulator"

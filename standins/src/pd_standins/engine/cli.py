@@ -17,9 +17,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from pd_appliance.sim import SIMULATOR_BANNER
-from pd_appliance.sim.server import ROLES, SimConfig, serve
-from pd_appliance.sim.text import CannedCompletions, CannedCompletionsError
+from pd_standins.engine import SIMULATOR_BANNER
+from pd_standins.engine.server import ROLES, SimConfig, serve
+from pd_standins.engine.text import CannedCompletions, CannedCompletionsError
 
 log = logging.getLogger("pd_sim_worker")
 

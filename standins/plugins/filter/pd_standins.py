@@ -1,7 +1,6 @@
-"""Filters shared by every stage. Logic lives in pd_appliance; this file only registers it.
+"""Stand-in filters (see standins/declared.yml): pd_simulated_gpu builds a simulated GPU's facts.
 
-The controller's Python must be able to import pd_appliance. When ansible-playbook runs from a
-Python that lacks it (a system Ansible), the checkout's src/ is used instead.
+The controller's Python imports pd_standins (make venv installs it); without it, standins/src is used.
 """
 
 from __future__ import annotations
@@ -10,11 +9,11 @@ import sys
 from pathlib import Path
 
 try:
-    import pd_appliance  # noqa: F401
+    import pd_standins  # noqa: F401
 except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from pd_appliance.simulated import simulated_gpu
+from pd_standins.gpus import simulated_gpu
 
 
 class FilterModule:

@@ -7,7 +7,7 @@ an nvcc that only prints its version); every description starts with "STAND-IN".
 flat, like NVIDIA's (`deb <url> /`), and signed with a throwaway key shipped in the stand-in
 cuda-keyring, so the role's Signed-By handling is exercised for real.
 
-    python tests/driver/standin_repo.py DEST --kernel "$(uname -r)" [--distro debian12]
+    python standins/src/pd_standins/apt_repo.py DEST --kernel "$(uname -r)" [--distro debian12]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class StandIn:
 def _nvcc(release: str, build: str) -> str:
     arches = "\\n".join(f"compute_{a}" for a in NVCC_ARCHES.split())
     return f"""#!/bin/sh
-# STAND-IN for NVIDIA's nvcc {release} (tests/driver/standin_repo.py): prints, compiles nothing.
+# STAND-IN for NVIDIA's nvcc {release} (standins/src/pd_standins/apt_repo.py): prints, compiles nothing.
 case "$1" in
   --version) printf 'nvcc: NVIDIA (R) Cuda compiler driver\\n'
              printf 'Cuda compilation tools, release {release}, V{build}\\n' ;;
@@ -132,7 +132,7 @@ def build_deb(pkg: StandIn, out_dir: Path, work: Path) -> Path:
     (root / "DEBIAN").mkdir(parents=True)
     readme = root / "usr" / "share" / "doc" / pkg.name / "README.stand-in"
     readme.parent.mkdir(parents=True)
-    readme.write_text(f"STAND-IN for {pkg.name} {pkg.version}: built by tests/driver/standin_repo.py.\n")
+    readme.write_text(f"STAND-IN for {pkg.name} {pkg.version}: built by pd_standins.apt_repo.\n")
     for path, content in pkg.files.items():
         target = root / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)

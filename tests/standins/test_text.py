@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pd_appliance.sim.text import (
+from pd_standins.engine.text import (
     CannedCompletions,
     CannedCompletionsError,
     complete,
