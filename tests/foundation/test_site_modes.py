@@ -62,6 +62,7 @@ def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         run_playbook("standins/cleanup.yml", target, timeout=120)
 
 
+@pytest.mark.timeout(2400)
 def test_check_diff_fresh_converge_check_and_each_tag_alone(inventory: Path) -> None:
     root = inventory.parent.parent / ".rehearsal" / "root"
 
