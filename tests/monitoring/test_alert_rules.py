@@ -68,7 +68,7 @@ def test_rules_use_only_sglang_0_5_23_metric_names(rendered: Path) -> None:
         pytest.skip("the sglang 0.5.23 wheel is absent (make wheels)")
     known = wheel_metrics(wheel)
     text = (rendered / "monitoring/rules/pd-appliance.rules.yml").read_text()
-    used = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"sglang:[a-z_]+", text)}
+    used = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"sglang:[a-z0-9_]+", text)}
     assert used and used <= set(known), used - set(known)
 
 
@@ -274,7 +274,11 @@ def test_the_rule_tests_can_fail(rendered: Path, tmp_path: Path) -> None:
     """A wrong expectation is reported: promtool's verdict is what the cases above rely on."""
     case = _cases()["worker_down"]
     case["alert_rule_test"] = [_quiet("PDWorkerDown", "3m45s")]
-    spec = {"rule_files": [str(_logic_only(rendered, tmp_path))], "evaluation_interval": "15s", "tests": [case]}
+    spec = {
+        "rule_files": [str(_logic_only(rendered, tmp_path))],
+        "evaluation_interval": "15s",
+        "tests": [case],
+    }
     (tmp_path / "t.yml").write_text(yaml.safe_dump(spec))
     done = _promtool("test", "rules", str(tmp_path / "t.yml"))
     assert done.returncode != 0 and "PDWorkerDown" in done.stdout + done.stderr
