@@ -113,7 +113,7 @@ def deployment(tmp_path_factory):
         "appliance_root": str(base / "root"), "appliance_tools_venv": sys.prefix,
         "appliance_router_venv": sys.prefix, **ports,
         # Test settings: scrape and evaluate every second, call a worker down after 3 s.
-        "monitoring_prometheus_scrape_interval": "1s", "monitoring_prometheus_scrape_timeout": "1s",
+        "monitoring_prometheus_scrape_interval": "1s",
         "monitoring_prometheus_evaluation_interval": "1s", "monitoring_alert_worker_down_for": "3s",
     }  # fmt: skip
     vars_file = base / "vars.json"
