@@ -16,6 +16,8 @@ declare -A NEEDED=(
   [procps]="ps and pgrep: preflight's process checks, destroy steps"
   [docker.io]="Docker: the molecule scenarios' fresh lab hosts"
   [debootstrap]="debootstrap: builds the lab host image locally (no registry)"
+  [prometheus]="Prometheus and promtool: the monitor stage, its rule tests and the rehearsal it scrapes"
+  [prometheus-node-exporter]="the node exporter the monitor stage runs"
 )
 
 missing=()
