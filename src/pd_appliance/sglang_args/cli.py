@@ -75,8 +75,7 @@ def _check(args: argparse.Namespace) -> int:
     for conf in args.conf:
         found = rendered.engine_commands(conf)
         if not found:
-            print(f"{conf}: no SGLang worker command in it", file=sys.stderr)
-            return 1
+            print(f"skipped  {conf}: no SGLang worker program in it")
         commands += [(c.label(), c.argv) for c in found]
     if args.argv:
         commands.append(("argv", list(args.argv)))
@@ -129,8 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("-q", "--quiet", action="store_true")
     sub.add_parser("venv", parents=[source], help="build or find the parser venv; print its python")
     check = sub.add_parser("check", parents=[source], help="parse rendered worker commands with SGLang")
-    check.add_argument("conf", nargs="*", help="rendered supervisord conf file(s)")
-    check.add_argument("argv", nargs=argparse.REMAINDER, help="-- then one SGLang argv")
+    check.add_argument(
+        "conf", nargs="*", help="rendered supervisord conf file(s); then `-- ARGV` for one argv"
+    )
     for name, what in (("flags", "SGLang's flag table"), ("environ-names", "SGLang's env registry")):
         gen = sub.add_parser(name, parents=[source], help=f"write {what}")
         gen.add_argument("--output", help="default: where the checkout keeps it")
@@ -141,9 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if getattr(args, "argv", None) and args.argv[0] == "--":
-        args.argv = args.argv[1:]
+    words = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in words:  # `check [CONF...] -- ARGV`: everything after -- is one SGLang argv
+        split = words.index("--")
+        words, extra = words[:split], words[split + 1 :]
+    args = build_parser().parse_args(words)
+    args.argv = extra
     try:
         if args.command == "venv":
             print(_venv(args))
@@ -158,6 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             default = derived.ENVIRON_NAMES_PATH.format(version=document["sglang_version"])
             return _write(document, args.output, default)
         return _env_check(args)
-    except (ParserVenvError, RealSGLangError, registry.RegistryError, rendered.RenderedCommandError) as exc:
+    except (
+        OSError,
+        ParserVenvError,
+        RealSGLangError,
+        registry.RegistryError,
+        rendered.RenderedCommandError,
+    ) as exc:
         print(f"pd_appliance.sglang_args: {exc}", file=sys.stderr)
         return 1

@@ -41,20 +41,31 @@ _ENV_READ = re.compile(
 _SKIP_PARTS = {"test", "tests", "multimodal_gen", "benchmark", "__pycache__"}
 
 
-def parse(argv: Sequence[str]) -> dict[str, Any]:
-    """SGLang's verdict on one argv: ok, exit status (argparse: 2) and what it printed."""
+def parse(argv: Sequence[str], fields: Sequence[str] = ()) -> dict[str, Any]:
+    """SGLang's verdict on one argv: ok, exit status (argparse: 2), what it printed, and the
+    values it parsed for `fields` (ServerArgs attribute names) when it accepted the argv."""
     from sglang.srt.server_args import prepare_server_args
 
     printed = io.StringIO()
     try:
         with contextlib.redirect_stderr(printed), contextlib.redirect_stdout(printed):
-            prepare_server_args(list(argv))
+            server_args = prepare_server_args(list(argv))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-        return {"ok": code == 0, "exit_code": code, "message": _without_usage(printed.getvalue())}
+        return {
+            "ok": code == 0,
+            "exit_code": code,
+            "message": _without_usage(printed.getvalue()),
+            "values": {},
+        }
     except Exception as exc:  # anything prepare_server_args raises is a refusal too
-        return {"ok": False, "exit_code": None, "message": f"{type(exc).__name__}: {exc}"}
-    return {"ok": True, "exit_code": 0, "message": _without_usage(printed.getvalue())}
+        return {"ok": False, "exit_code": None, "message": f"{type(exc).__name__}: {exc}", "values": {}}
+    values = {f: _plain(getattr(server_args, f, None)) for f in fields}
+    return {"ok": True, "exit_code": 0, "message": _without_usage(printed.getvalue()), "values": values}
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
 
 def _without_usage(text: str) -> str:
@@ -191,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         del os.environ[key]
     if op == "parse":
         request = json.load(sys.stdin)
-        answer: Any = [parse(argv) for argv in request["argvs"]]
+        answer: Any = [parse(argv, request.get("fields", ())) for argv in request["argvs"]]
     elif op == "flags":
         answer = flag_table()
     else:

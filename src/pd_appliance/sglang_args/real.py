@@ -31,6 +31,7 @@ class Verdict:
     ok: bool
     exit_code: int | None
     message: str
+    values: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,10 @@ class RealSGLang:
                 )
             return json.loads(out.read_text())
 
-    def parse(self, argvs: Sequence[Sequence[str]]) -> list[Verdict]:
-        """Each argv through sglang.srt.server_args.prepare_server_args, in one process."""
-        answers = self._ask("parse", {"argvs": [list(a) for a in argvs]})
+    def parse(self, argvs: Sequence[Sequence[str]], fields: Sequence[str] = ()) -> list[Verdict]:
+        """Each argv through sglang.srt.server_args.prepare_server_args, in one process; with the
+        values SGLang parsed for `fields` (ServerArgs attribute names) where it accepted one."""
+        answers = self._ask("parse", {"argvs": [list(a) for a in argvs], "fields": list(fields)})
         return [Verdict(argv=list(a), **answer) for a, answer in zip(argvs, answers, strict=True)]
 
     def flag_table(self) -> dict[str, Any]:
