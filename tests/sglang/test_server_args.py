@@ -106,8 +106,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "serving_max_running_requests": 64, "serving_chunked_prefill_size": 8192,
         "serving_prefill_cuda_graph_max_bs": 8,
     }  # fmt: skip
-    _render(ROOT / "inventory/lab", _render_vars(root, **switches), tmp_path_factory.mktemp("labvars"))
+    # serving_advertise_host: the host's address (a declared stand-in), as the lab host's would be.
+    variables = _render_vars(root, serving_advertise_host="192.0.2.10", **switches)
+    _render(ROOT / "inventory/lab", variables, tmp_path_factory.mktemp("labvars"))
     return root
+
+
+def _host(address: str, root: Path, role: str) -> dict:
+    """One host of the two-host layout: its address (advertised too) and TP4 on GPUs 0-3."""
+    return {"ansible_host": address, "serving_advertise_host": address, "appliance_root": str(root),
+            f"serving_{role}_gpus": [0, 1, 2, 3]}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -125,10 +133,8 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 "router": {"hosts": {"gpu-prefill-01": None}},
             },
             "hosts": {
-                "gpu-prefill-01": {"ansible_host": "192.0.2.11", "appliance_root": str(base / "prefill"),
-                                   "serving_prefill_gpus": [0, 1, 2, 3]},
-                "gpu-decode-01": {"ansible_host": "192.0.2.12", "appliance_root": str(base / "decode"),
-                                  "serving_decode_gpus": [0, 1, 2, 3]},
+                "gpu-prefill-01": _host("192.0.2.11", base / "prefill", "prefill"),
+                "gpu-decode-01": _host("192.0.2.12", base / "decode", "decode"),
             },
             "vars": {"serving_worker_bind_host": "0.0.0.0", "serving_ucx_net_devices": "mlx5_0:1",
                      "serving_ib_device": "mlx5_0", "serving_cuda_graph": False},
@@ -182,7 +188,9 @@ def test_a_misspelt_flag_is_refused_by_sglang_and_by_the_rehearsal_engine(
     real: RealSGLang, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     root = tmp_path_factory.mktemp("misspelt") / "root"
-    variables = _render_vars(root, serving_decode_extra_args=[MISSPELT, "16"])
+    variables = _render_vars(
+        root, serving_advertise_host="192.0.2.10", serving_decode_extra_args=[MISSPELT, "16"]
+    )
     _render(ROOT / "inventory/lab", variables, tmp_path_factory.mktemp("misspeltvars"))
     commands = _workers(root)
     verdicts = check_rendered(real, commands)

@@ -109,8 +109,11 @@ def test_engine_commands_reads_workers_of_a_conf_file(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_preflight_stops_on_misspelt_hooks_before_anything_changes(rehearsal_inventory_copy: Path) -> None:
+    # serving_env_decode is set per group (group_vars/decode.yml): the host's own file wins over it.
+    (rehearsal_inventory_copy / "host_vars").mkdir()
+    decode = {"serving_env_decode": {"SGLANG_SM120_FLASHMLA_BACKNED": "triton"}}
+    (rehearsal_inventory_copy / "host_vars/localhost.yml").write_text(yaml.safe_dump(decode))
     broken = {
-        "serving_env_decode": {"SGLANG_SM120_FLASHMLA_BACKNED": "triton"},
         "serving_env_common": {"SGL_DISAGGREGATION_NIXL_BACKEND": "UCX", "NCCL_DEBUG": "INFO"},
         "validation_variants": [
             {"name": "tilelang", "env_hooks": {"prefill": {"SGLANG_OPT_USE_TILELANG_INDEXR": "1"}}}
