@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pd_appliance.sglang_args import derived, registry, rendered
 from pd_appliance.sglang_args.parser_venv import ParserVenvError, ParserVenvInputs, ensure_parser_venv
-from pd_appliance.sglang_args.real import RealSGLang, RealSGLangError
+from pd_appliance.sglang_args.real import RealSGLang, RealSGLangError, Verdict
 
 # The checkout this module lives in (src/pd_appliance/sglang_args/cli.py), for the defaults.
 CHECKOUT = Path(__file__).resolve().parents[3]
@@ -70,27 +70,34 @@ def _venv(args: argparse.Namespace) -> Path:
     return ensure_parser_venv(inputs, Path(args.cache_dir), log=log)
 
 
+def check_conf_files(
+    real: RealSGLang, confs: Sequence[str | Path], argv: Sequence[str] = ()
+) -> list[tuple[str, Verdict]]:
+    """SGLang's verdict on every worker command of rendered supervisord conf files (files with
+    none, such as the router's, add nothing), and on `argv` when given. One SGLang process."""
+    commands = [(c.label(), c.argv) for conf in confs for c in rendered.engine_commands(conf)]
+    if argv:
+        commands.append(("argv", list(argv)))
+    verdicts = real.parse([words for _, words in commands]) if commands else []
+    return [(label, verdict) for (label, _), verdict in zip(commands, verdicts, strict=True)]
+
+
 def _check(args: argparse.Namespace) -> int:
-    commands = []
-    for conf in args.conf:
-        found = rendered.engine_commands(conf)
-        if not found:
-            print(f"skipped  {conf}: no SGLang worker program in it")
-        commands += [(c.label(), c.argv) for c in found]
-    if args.argv:
-        commands.append(("argv", list(args.argv)))
-    if not commands:
+    if not args.conf and not args.argv:
         print("nothing to check: give rendered conf files and/or an argv after --", file=sys.stderr)
         return 2
-    verdicts = _real(args).parse([argv for _, argv in commands])
-    refused = 0
-    for (label, _), verdict in zip(commands, verdicts, strict=True):
-        if verdict.ok:
-            print(f"ok       {label}")
-        else:
-            refused += 1
-            print(f"REFUSED  {label}: exit {verdict.exit_code}: {verdict.message}")
-    print(f"SGLang's parser accepted {len(commands) - refused} of {len(commands)} command line(s)")
+    results = check_conf_files(_real(args), args.conf, args.argv)
+    if not results:
+        print(f"no SGLang worker program in {' '.join(args.conf)}", file=sys.stderr)
+        return 2
+    refused = [(label, v) for label, v in results if not v.ok]
+    for label, verdict in results:
+        print(
+            f"ok       {label}"
+            if verdict.ok
+            else f"REFUSED  {label}: exit {verdict.exit_code}: {verdict.message}"
+        )
+    print(f"SGLang's parser accepted {len(results) - len(refused)} of {len(results)} command line(s)")
     return 1 if refused else 0
 
 
