@@ -211,39 +211,43 @@ class NoGpuMemoryError(RuntimeError):
     """GPU memory was asked for and cannot be had: the check fails instead of measuring DRAM."""
 
 
-class _HostBuffers:
-    """Two host-memory (DRAM) buffers held by numpy: only for hosts whose GPUs are simulated."""
+def _host_pattern(size_bytes: int) -> Any:
+    import numpy as np
+
+    return np.arange(size_bytes, dtype=np.uint8)  # wraps at 256: a pattern, not zeros
+
+
+class _HostBuffer:
+    """A host-memory (DRAM) buffer held by numpy: only for hosts whose GPUs are simulated."""
 
     mem_type = "DRAM"
 
-    def __init__(self, size_bytes: int) -> None:
+    def __init__(self, size_bytes: int, fill: bool) -> None:
         import numpy as np
 
         self._np = np
-        self.src = np.arange(size_bytes, dtype=np.uint8)  # a pattern, not zeros: a no-op copy fails
-        self.dst = np.zeros(size_bytes, dtype=np.uint8)
-        self.src_device: int | None = None
-        self.dst_device: int | None = None
+        self.data = _host_pattern(size_bytes) if fill else np.zeros(size_bytes, dtype=np.uint8)
+        self.device: int | None = None
 
-    def regions(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        return (self.src.ctypes.data, self.src.nbytes, 0), (self.dst.ctypes.data, self.dst.nbytes, 0)
+    def region(self) -> tuple[int, int, int]:
+        return (self.data.ctypes.data, self.data.nbytes, 0)
 
     def synchronize(self) -> None:
         return None
 
-    def verified(self) -> bool:
-        return bool(self._np.array_equal(self.src, self.dst))
+    def holds_pattern(self) -> bool:
+        return bool(self._np.array_equal(self.data, _host_pattern(self.data.nbytes)))
 
-    def ipc_capable(self) -> tuple[bool | None, bool | None]:
-        return None, None
+    def ipc_capable(self) -> bool | None:
+        return None
 
 
-class _CudaBuffers:
-    """Two GPU buffers held by torch: GPU `src` to GPU `dst` (the same GPU on a one-GPU host)."""
+class _CudaBuffer:
+    """A GPU buffer held by torch on GPU `device`: the seeded pattern (source) or zeros (target)."""
 
     mem_type = "VRAM"
 
-    def __init__(self, size_bytes: int, src_device: int, dst_device: int) -> None:
+    def __init__(self, size_bytes: int, device: int, fill: bool) -> None:
         try:
             import torch
         except ImportError as err:
@@ -255,33 +259,35 @@ class _CudaBuffers:
                 "torch sees no CUDA device (driver not loaded, or CUDA_VISIBLE_DEVICES='')"
             )
         count = int(torch.cuda.device_count())
-        if max(src_device, dst_device) >= count:
-            raise NoGpuMemoryError(
-                f"GPU {max(src_device, dst_device)} was asked for but torch sees {count} GPU(s)"
-            )
+        if device >= count:
+            raise NoGpuMemoryError(f"GPU {device} was asked for but torch sees {count} GPU(s)")
         self._torch = torch
-        gen = torch.Generator(device="cpu").manual_seed(0)
-        pattern = torch.randint(0, 256, (size_bytes,), dtype=torch.uint8, generator=gen)
-        self.src = pattern.to(f"cuda:{src_device}")
-        self.dst = torch.zeros(size_bytes, dtype=torch.uint8, device=f"cuda:{dst_device}")
-        self.src_device = src_device
-        self.dst_device = dst_device
+        self.device: int | None = device
+        if fill:
+            self.data = self._pattern(size_bytes).to(f"cuda:{device}")
+        else:
+            self.data = torch.zeros(size_bytes, dtype=torch.uint8, device=f"cuda:{device}")
 
-    def regions(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        return (
-            (self.src.data_ptr(), self.src.numel(), self.src_device),
-            (self.dst.data_ptr(), self.dst.numel(), self.dst_device),
-        )
+    def _pattern(self, size_bytes: int) -> Any:
+        gen = self._torch.Generator(device="cpu").manual_seed(0)
+        return self._torch.randint(0, 256, (size_bytes,), dtype=self._torch.uint8, generator=gen)
+
+    def region(self) -> tuple[int, int, int]:
+        return (self.data.data_ptr(), self.data.numel(), int(self.device or 0))
 
     def synchronize(self) -> None:
-        for dev in {self.src_device, self.dst_device}:
-            self._torch.cuda.synchronize(dev)
+        self._torch.cuda.synchronize(self.device)
 
-    def verified(self) -> bool:
-        return bool(self._torch.equal(self.src.cpu(), self.dst.cpu()))
+    def holds_pattern(self) -> bool:
+        return bool(self._torch.equal(self.data.cpu(), self._pattern(self.data.numel())))
 
-    def ipc_capable(self) -> tuple[bool | None, bool | None]:
-        return legacy_ipc_capable(self.src.data_ptr()), legacy_ipc_capable(self.dst.data_ptr())
+    def ipc_capable(self) -> bool | None:
+        return legacy_ipc_capable(self.data.data_ptr())
+
+
+def make_buffer(size_bytes: int, device: int, host_memory: bool, fill: bool) -> Any:
+    """A GPU buffer on `device`, or a DRAM buffer when the host's GPUs are simulated."""
+    return _HostBuffer(size_bytes, fill) if host_memory else _CudaBuffer(size_bytes, device, fill)
 
 
 def legacy_ipc_capable(pointer: int, libcuda: Any = None) -> bool | None:
@@ -304,65 +310,136 @@ def legacy_ipc_capable(pointer: int, libcuda: Any = None) -> bool | None:
     return bool(value.value)
 
 
+def _target_process(conn: Any, backend: str, size_bytes: int, device: int, host_memory: bool) -> None:
+    """The receiving side, in a process of its own as SGLang's decode worker is.
+
+    CUDA IPC handles cannot be opened by the process that exported them, so UCX never offers
+    cuda_ipc between two agents of one process: the target lives here, registers a zeroed buffer,
+    hands its agent metadata and region to the writer, then checks the bytes when told to.
+    """
+    try:
+        api, _, _ = import_nixl()
+        buffer = make_buffer(size_bytes, device, host_memory, fill=False)
+        agent = api.nixl_agent(AGENT_TARGET, api.nixl_agent_config(backends=[backend]))
+        reg = agent.register_memory([(*buffer.region(), "")], buffer.mem_type, backends=[backend])
+    except NoGpuMemoryError as exc:
+        conn.send({"error": str(exc), "no_gpu_memory": True})
+        return
+    except Exception as exc:
+        conn.send({"error": f"{type(exc).__name__}: {exc}"})
+        return
+    conn.send(
+        {"metadata": agent.get_agent_metadata(), "region": buffer.region(), "mem_type": buffer.mem_type}
+    )
+    try:
+        while (command := conn.recv()) == "verify":
+            buffer.synchronize()
+            conn.send({"verified": buffer.holds_pattern(), "ipc_capable": buffer.ipc_capable()})
+        if command != "close":
+            return
+    finally:
+        agent.deregister_memory(reg, backends=[backend])
+        del agent
+        gc.collect()
+
+
+class TargetProcess:
+    """The target agent's process, seen from the writer: start, metadata, verify, close."""
+
+    def __init__(self, backend: str, size_bytes: int, device: int, host_memory: bool) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # a fresh CUDA context, never a forked one
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=_target_process, args=(child, backend, size_bytes, device, host_memory), daemon=True
+        )
+        self._proc.start()
+        child.close()
+
+    def _recv(self, timeout_s: float) -> dict[str, Any]:
+        if not self._conn.poll(timeout_s):
+            raise TimeoutError(f"the target process did not answer within {timeout_s:.0f} s")
+        answer = self._conn.recv()
+        if "error" in answer:
+            error = NoGpuMemoryError if answer.get("no_gpu_memory") else RuntimeError
+            raise error(f"target process: {answer['error']}")
+        return answer
+
+    def ready(self, timeout_s: float = POLL_TIMEOUT_S * 2) -> dict[str, Any]:
+        return self._recv(timeout_s)
+
+    def verify(self, timeout_s: float = POLL_TIMEOUT_S) -> dict[str, Any]:
+        self._conn.send("verify")
+        return self._recv(timeout_s)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, BrokenPipeError):
+            self._conn.send("close")
+        self._proc.join(POLL_TIMEOUT_S)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._conn.close()
+
+
 def measure_transfer(
     agent_factory: Callable[[str, list[str]], Any],
     backend: str,
     size_bytes: int,
     iterations: int,
-    buffers: Any,
+    source: Any,
+    target: Any,
 ) -> TransferResult:
-    """Write `size_bytes` from one NIXL agent to another `iterations` times, timed; check the bytes.
+    """Write `size_bytes` from this process's agent into the target's `iterations` times, timed.
 
-    Two agents in one process exchange metadata as two hosts would (get_agent_metadata /
-    add_remote_agent), so the same path SGLang's NIXL connector takes is exercised: registration,
-    remote descriptors, a WRITE request, completion polling. The agents are dropped before this
-    returns, which is when UCX prints the protocols it used (UCX_PROTO_INFO=used).
+    The two agents exchange metadata as two hosts would (get_agent_metadata / add_remote_agent), so
+    the path SGLang's NIXL connector takes is exercised: registration, remote descriptors, a WRITE
+    request, completion polling. The initiator is dropped before this returns, which is when UCX
+    prints the protocols it used (UCX_PROTO_INFO=used).
     """
     if size_bytes <= 0 or iterations <= 0:
         raise ValueError("size_bytes and iterations must be positive")
-    src_region, dst_region = buffers.regions()
-    mem = buffers.mem_type
+    peer = target.ready()
+    mem = source.mem_type
     initiator = agent_factory(AGENT_INITIATOR, [backend])
-    target = agent_factory(AGENT_TARGET, [backend])
-    src_reg = initiator.register_memory([(*src_region, "")], mem, backends=[backend])
-    dst_reg = target.register_memory([(*dst_region, "")], mem, backends=[backend])
+    src_reg = initiator.register_memory([(*source.region(), "")], mem, backends=[backend])
     handle = None
     try:
-        remote_name = initiator.add_remote_agent(target.get_agent_metadata())
-        local_descs = initiator.get_xfer_descs([src_region], mem)
-        remote_descs = target.get_xfer_descs([dst_region], mem)
+        remote_name = initiator.add_remote_agent(peer["metadata"])
+        local_descs = initiator.get_xfer_descs([source.region()], mem)
+        remote_descs = initiator.get_xfer_descs([tuple(peer["region"])], peer["mem_type"])
         handle = initiator.initialize_xfer(
             "WRITE", local_descs, remote_descs, remote_name, b"pd-nixl-check", backends=[backend]
         )
         # One untimed transfer first: connection setup and lazy registration are not bandwidth.
         _post(initiator, handle)
-        buffers.synchronize()
+        source.synchronize()
         start = time.perf_counter()
         for _ in range(iterations):
             _post(initiator, handle)
-        buffers.synchronize()
+        source.synchronize()
         seconds = time.perf_counter() - start
-        ok = buffers.verified()
+        checked = target.verify()
     finally:
         if handle is not None:
             initiator.release_xfer_handle(handle)
         initiator.deregister_memory(src_reg, backends=[backend])
-        target.deregister_memory(dst_reg, backends=[backend])
-        del initiator, target
+        del initiator
         gc.collect()
-    src_ipc, dst_ipc = buffers.ipc_capable()
+    dst_region = peer["region"]
     return TransferResult(
         backend=backend,
         mem_type=mem,
-        src_device=buffers.src_device,
-        dst_device=buffers.dst_device,
+        src_device=source.device,
+        dst_device=None if mem == "DRAM" else int(dst_region[2]),
         size_bytes=size_bytes,
         iterations=iterations,
         seconds=seconds,
         bandwidth_gb_s=bandwidth_gb_s(size_bytes, iterations, seconds),
-        verified=ok,
-        src_ipc_capable=src_ipc,
-        dst_ipc_capable=dst_ipc,
+        verified=bool(checked["verified"]),
+        src_ipc_capable=source.ipc_capable(),
+        dst_ipc_capable=checked["ipc_capable"],
     )
 
 
@@ -395,13 +472,6 @@ def import_nixl() -> tuple[Any, str, str | None]:
     return api, module_name, version
 
 
-def make_buffers(size_bytes: int, src_gpu: int, dst_gpu: int, host_memory: bool) -> Any:
-    """GPU buffers on `src_gpu` and `dst_gpu`, or DRAM buffers when the host's GPUs are simulated."""
-    if host_memory:
-        return _HostBuffers(size_bytes)
-    return _CudaBuffers(size_bytes, src_gpu, dst_gpu)
-
-
 def run_check(
     required: list[str],
     transfer_backend: str | None,
@@ -411,7 +481,7 @@ def run_check(
     src_gpu: int = 0,
     dst_gpu: int | None = None,
     host_memory: bool = False,
-    buffers_factory: Callable[[int, int, int, bool], Any] = make_buffers,
+    target_factory: Callable[[str, int, int, bool], Any] = TargetProcess,
 ) -> CheckReport:
     """The whole check. `api` is `nixl._api` (imported when None); `dst_gpu` None means GPU 1 when
     there are two GPUs, else GPU 0 (see `default_dst_gpu`)."""
@@ -460,9 +530,11 @@ def run_check(
             problems.append(transfer_error)
         else:
             dst = default_dst_gpu(src_gpu) if dst_gpu is None else dst_gpu
+            target = None
             try:
-                buffers = buffers_factory(size_bytes, src_gpu, dst, host_memory)
-                transfer = measure_transfer(factory, transfer_backend, size_bytes, iterations, buffers)
+                target = target_factory(transfer_backend, size_bytes, dst, host_memory)
+                source = make_buffer(size_bytes, src_gpu, host_memory, fill=True)
+                transfer = measure_transfer(factory, transfer_backend, size_bytes, iterations, source, target)
                 if not transfer.verified:
                     problems.append("the transfer completed but the destination bytes differ from the source")
             except NoGpuMemoryError as exc:
@@ -475,6 +547,9 @@ def run_check(
             except Exception as exc:
                 transfer_error = f"{type(exc).__name__}: {exc}"
                 problems.append(f"transfer through {transfer_backend} failed: {transfer_error}")
+            finally:
+                if target is not None:
+                    target.close()
     gc.collect()
     return CheckReport(
         nixl_module=module_name,
