@@ -108,15 +108,20 @@ class PciGpu:
     bar1_bytes: int | None
 
 
-def _resource_bar(resource: str | None, bar: int) -> int | None:
-    """Size of BAR `bar` from a sysfs `resource` file ("start end flags" per line)."""
+def framebuffer_bar(resource: str | None) -> int | None:
+    """Size of the GPU's framebuffer aperture (NVIDIA's "BAR1") from its sysfs `resource` file.
+
+    The file has one "start end flags" line per resource; lines 0-5 are the BARs. The aperture is
+    the largest of them, whatever its index: region 1 on a bare-metal RTX PRO 6000, region 2 where
+    a 64-bit BAR0 takes two slots (the lent H200's VM: 16 MiB, -, 256 GiB, -, 32 MiB).
+    """
     if not resource:
         return None
-    lines = resource.splitlines()
-    if bar >= len(lines):
-        return None
-    start, end, _flags = (int(x, 16) for x in lines[bar].split())
-    return end - start + 1 if end > start else 0
+    sizes = []
+    for line in resource.splitlines()[:6]:
+        start, end, _flags = (int(x, 16) for x in line.split())
+        sizes.append(end - start + 1 if end > start else 0)
+    return max(sizes, default=0) or None
 
 
 def gpus(snapshot: dict[str, Any]) -> list[PciGpu]:
@@ -146,7 +151,7 @@ def gpus(snapshot: dict[str, Any]) -> list[PciGpu]:
                 bridges=list(reversed(chain[:-1])),
                 root=root,
                 iommu_group=group.rsplit("/", 1)[-1] if group else None,
-                bar1_bytes=_resource_bar(files.get(f"{rel}/resource"), 1),
+                bar1_bytes=framebuffer_bar(files.get(f"{rel}/resource")),
             )
         )
     return found

@@ -68,7 +68,9 @@ def _gpu_label(gpu: pcie.PciGpu, roles: dict[int, str]) -> str:
     return f"GPU {gpu.index} ({gpu.address}{', ' + role if role else ''})"
 
 
-def _lspci_gap(snapshot: dict[str, Any], devices: dict[str, pcie.LspciDevice], addresses: list[str]) -> str | None:
+def _lspci_gap(
+    snapshot: dict[str, Any], devices: dict[str, pcie.LspciDevice], addresses: list[str]
+) -> str | None:
     """Why lspci cannot answer for `addresses`, or None when it can."""
     if snapshot.get("lspci") is None:
         return snapshot.get("lspci_error") or "lspci was not run"
@@ -81,7 +83,9 @@ def _lspci_gap(snapshot: dict[str, Any], devices: dict[str, pcie.LspciDevice], a
     return None
 
 
-def iommu_findings(snapshot: dict[str, Any], host: str, chosen: list[pcie.PciGpu], roles: dict[int, str]) -> list[Finding]:
+def iommu_findings(
+    snapshot: dict[str, Any], host: str, chosen: list[pcie.PciGpu], roles: dict[int, str]
+) -> list[Finding]:
     """GPUs whose DMA the IOMMU translates (their group's type is DMA or DMA-FQ)."""
     files = snapshot.get("sysfs", {})
     cmdline = snapshot.get("cmdline", "")
@@ -126,6 +130,8 @@ def acs_findings(
             label = f"GPU {first.index} -> GPU {second.index}"
             if label not in on_path[bridge]:
                 on_path[bridge].append(label)
+    if not on_path:
+        return []
     gap = _lspci_gap(snapshot, devices, sorted(on_path))
     if gap:
         return [
@@ -159,14 +165,17 @@ def acs_findings(
     return found
 
 
-def bar1_findings(host: str, chosen: list[pcie.PciGpu], min_bar1_mib: int, snapshot: dict[str, Any]) -> list[Finding]:
+def bar1_findings(
+    host: str, chosen: list[pcie.PciGpu], min_bar1_mib: int, snapshot: dict[str, Any]
+) -> list[Finding]:
     """GPUs whose BAR1 (from sysfs `resource`) is smaller than `min_bar1_mib`."""
     devices = pcie.parse_lspci(snapshot.get("lspci"))
     found = []
     for gpu in chosen:
         if gpu.bar1_bytes is None or pcie.mib(gpu.bar1_bytes) >= min_bar1_mib:
             continue
-        largest = devices.get(gpu.address, pcie.LspciDevice(gpu.address, "")).rebar.get(1, (0, 0))[1]
+        rebar = devices.get(gpu.address, pcie.LspciDevice(gpu.address, "")).rebar
+        largest = max((supported for _, supported in rebar.values()), default=0)
         can = f"; the GPU supports {pcie.mib(largest)} MiB (lspci: Physical Resizable BAR)" if largest else ""
         found.append(
             Finding(
@@ -206,7 +215,9 @@ def hmm_findings(snapshot: dict[str, Any], host: str) -> list[Finding]:
     ]
 
 
-def aspm_findings(snapshot: dict[str, Any], host: str, chosen: list[pcie.PciGpu], roles: dict[int, str]) -> list[Finding]:
+def aspm_findings(
+    snapshot: dict[str, Any], host: str, chosen: list[pcie.PciGpu], roles: dict[int, str]
+) -> list[Finding]:
     """Links of the PD GPUs (the GPU and every bridge above it) with ASPM enabled."""
     cmdline = snapshot.get("cmdline", "")
     devices = pcie.parse_lspci(snapshot.get("lspci"))
@@ -246,7 +257,9 @@ def aspm_findings(snapshot: dict[str, Any], host: str, chosen: list[pcie.PciGpu]
     return found
 
 
-def pd_pairs(chosen: list[pcie.PciGpu], prefill: Iterable[int], decode: Iterable[int]) -> list[tuple[pcie.PciGpu, pcie.PciGpu]]:
+def pd_pairs(
+    chosen: list[pcie.PciGpu], prefill: Iterable[int], decode: Iterable[int]
+) -> list[tuple[pcie.PciGpu, pcie.PciGpu]]:
     """Every prefill -> decode pair on this host, then every pair inside each group (TP's NCCL)."""
     by_index = {gpu.index: gpu for gpu in chosen}
     p = [by_index[i] for i in prefill if i in by_index]

@@ -26,6 +26,13 @@ def simulated_gpu(index: int) -> dict[str, Any]:
         "pci_bus_id": f"00000000:{0x18 + 0x10 * int(index):02X}:00.0",
         "pcie_generation": 5,
         "pcie_width": 16,
+        # A healthy lab host as the fabric checks read it: the link at its maximum, BAR1 (resizable
+        # BAR on) covering the 96 GB of memory, NVML's P2P answer for every peer "OK".
+        "pcie_generation_current": 5,
+        "pcie_generation_gpu_max": 5,
+        "pcie_width_max": 16,
+        "bar1_total_mib": 131072,
+        "p2p_status": "OK",
         "numa_node": numa_node,
         "cpu_list": f"{first_cpu}-{first_cpu + CPUS_PER_NUMA_NODE - 1}",
         "persistence_mode": True,
