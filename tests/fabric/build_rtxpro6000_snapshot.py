@@ -104,6 +104,7 @@ def main() -> None:
                 )
                 lspci.append(gpu_block(gpu, socket_, 30 + index))
                 base = 0x20000000000 + index * 0x4000000000
+                bar0, bar3 = 0xD8000000 + index * 0x4000000, base + 0x2000000000
                 sysfs.update(
                     {
                         f"bus/pci/devices/{gpu}/vendor": "0x10de",
@@ -116,10 +117,10 @@ def main() -> None:
                         f"bus/pci/devices/{gpu}/max_link_width": "16",
                         f"bus/pci/devices/{gpu}/resource": "\n".join(
                             [
-                                f"0x{0xD8000000 + index * 0x4000000:016x} 0x{0xD8000000 + index * 0x4000000 + 0x3FFFFFF:016x} 0x0000000000040200",
+                                f"0x{bar0:016x} 0x{bar0 + 0x3FFFFFF:016x} 0x0000000000040200",
                                 f"0x{base:016x} 0x{base + 128 * 2**30 - 1:016x} 0x000000000014220c",
                                 "0x0000000000000000 0x0000000000000000 0x0000000000000000",
-                                f"0x{base + 0x2000000000:016x} 0x{base + 0x2000000000 + 32 * 2**20 - 1:016x} 0x000000000014220c",
+                                f"0x{bar3:016x} 0x{bar3 + 32 * 2**20 - 1:016x} 0x000000000014220c",
                                 "0x0000000000000000 0x0000000000000000 0x0000000000000000",
                                 "0x0000000000000000 0x0000000000000000 0x0000000000000000",
                                 "0x0000000000000000 0x0000000000000000 0x0000000000000000",
@@ -142,7 +143,8 @@ def main() -> None:
         "schema": 1,
         "sysfs": dict(sorted(sysfs.items())),
         "links": dict(sorted(links.items())),
-        "cmdline": "BOOT_IMAGE=/vmlinuz-6.8.0-51-generic root=/dev/mapper/vg0-root ro intel_iommu=on iommu=pt pcie_aspm=off",
+        "cmdline": "BOOT_IMAGE=/vmlinuz-6.8.0-51-generic root=/dev/mapper/vg0-root ro "
+        "intel_iommu=on iommu=pt pcie_aspm=off",
         "lspci": "\n".join(sorted(lspci)),
         "lspci_error": None,
         "modprobe": {"/etc/modprobe.d/uvm.conf": "options nvidia_uvm uvm_disable_hmm=1"},

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CASES, H200, RTX, apply_case, load
 
+from conftest import CASES, H200, RTX, apply_case, load
 from pd_appliance.fabric import collect, findings, inventory, nvml, pcie, preflight
-from pd_appliance.gpu.facts import gather_gpu_facts, simulated_facts
 from pd_appliance.gpu.diagnose import HostProbe
+from pd_appliance.gpu.facts import gather_gpu_facts, simulated_facts
 from pd_standins.gpus import simulated_gpu
 
 PREFILL, DECODE = [0, 1, 2, 3], [4, 5, 6, 7]
@@ -148,7 +148,7 @@ def test_collector_says_why_lspci_is_missing(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def lab_facts(**changes: Any) -> dict[str, Any]:
-    """NVML facts of a healthy 8-GPU host: the simulated-GPU stand-in's GPUs, as the driver stage sees them."""
+    """NVML facts of a healthy 8-GPU host: the simulated-GPU stand-in's GPUs, as the driver stage sees."""
     facts = simulated_facts([simulated_gpu(i) for i in range(8)], "580.159.04", "13.0")
     for index, fields in changes.items():
         facts["pd_gpus"][int(index.lstrip("g"))].update(fields)
