@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fabric_snapshots import CASES, H200, RTX, apply_case, load
 
-from conftest import CASES, H200, RTX, apply_case, load
 from pd_appliance.fabric import collect, findings, inventory, nvml, pcie, preflight
 from pd_appliance.gpu.diagnose import HostProbe
 from pd_appliance.gpu.facts import gather_gpu_facts, simulated_facts
@@ -19,6 +19,11 @@ from pd_standins.gpus import simulated_gpu
 
 PREFILL, DECODE = [0, 1, 2, 3], [4, 5, 6, 7]
 MIN_BAR1_MIB = 98304
+
+
+@pytest.fixture(scope="module")
+def healthy() -> dict[str, Any]:
+    return load(RTX / "healthy.json")
 
 
 def checks_of(found: list[findings.Finding]) -> dict[str, int]:

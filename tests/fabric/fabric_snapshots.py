@@ -1,4 +1,4 @@
-"""Fixtures of tests/fabric: the composed healthy 8-GPU snapshot, its broken variants, the H200 record."""
+"""Snapshots for tests/fabric: the composed healthy 8-GPU host, its broken variants, the H200 record."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import json
 import re
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RTX = FIXTURES / "rtxpro6000-8gpu"
@@ -64,8 +62,3 @@ def apply_case(healthy: dict[str, Any], case: dict[str, Any]) -> dict[str, Any]:
             lambda b: b.split("\tCapabilities:", 1)[0] + "\tCapabilities: <access denied>\n",
         )
     return snap
-
-
-@pytest.fixture(scope="session")
-def healthy() -> dict[str, Any]:
-    return load(RTX / "healthy.json")
