@@ -15,7 +15,7 @@ from fabric_snapshots import CASES, H200, RTX, apply_case, load
 from pd_appliance.fabric import collect, findings, inventory, nvml, pcie, preflight
 from pd_appliance.gpu.diagnose import HostProbe
 from pd_appliance.gpu.facts import gather_gpu_facts, simulated_facts
-from pd_standins.gpus import simulated_gpu
+from pd_standins.gpus import simulated_gpu, simulated_pci_snapshot
 
 PREFILL, DECODE = [0, 1, 2, 3], [4, 5, 6, 7]
 MIN_BAR1_MIB = 98304
@@ -92,6 +92,32 @@ def test_policy_sets_each_check_to_fail_warn_or_skip(healthy: dict[str, Any]) ->
         findings.split(found, {"iommu": "maybe"})
     with pytest.raises(ValueError, match="unknown fabric check 'acs_'"):
         findings.split(found, {"acs_": "warn"})
+
+
+def test_simulated_gpus_declare_a_healthy_pci_tree_on_a_gpu_less_host() -> None:
+    """The rehearsal: this machine's own snapshot (no NVIDIA GPU) with the stand-in's PCI tree."""
+    host = {
+        "schema": 1,
+        "sysfs": {"module/pcie_aspm/parameters/policy": "[default] performance"},
+        "links": {},
+        "cmdline": "console=ttyS0",
+        "lspci": "",
+        "lspci_error": None,
+        "modprobe": {"/etc/modprobe.d/uvm.conf": "options nvidia_uvm uvm_disable_hmm=1"},
+    }
+    merged = dict(
+        host,
+        **{
+            k: v
+            for k, v in simulated_pci_snapshot([simulated_gpu(i) for i in range(8)]).items()
+            if k in ("lspci", "lspci_error")
+        },
+    )
+    stand_in = simulated_pci_snapshot([simulated_gpu(i) for i in range(8)])
+    merged["sysfs"] = {**host["sysfs"], **stand_in["sysfs"]}
+    merged["links"] = stand_in["links"]
+    assert len(pcie.gpus(merged)) == 8
+    assert preflight.preflight_findings(merged, "localhost", PREFILL, DECODE, MIN_BAR1_MIB) == []
 
 
 def test_recorded_h200_snapshot_replays(healthy: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@ stage's NVML checks on the simulated-GPU stand-in's facts (healthy, then with P2
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -38,19 +39,27 @@ def _group_vars(inventory: Path, **values: object) -> None:
 
 
 def test_preflight_fails_on_expandable_segments_in_a_decode_hook(rehearsal_inventory_copy: Path) -> None:
-    _group_vars(
-        rehearsal_inventory_copy, serving_env_decode={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    )
-    done = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy)
+    # Extra vars: the lab's group_vars/decode.yml (which the rehearsal links) sets serving_env_decode.
+    hook = json.dumps({"serving_env_decode": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}})
+    done = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy, "-e", hook)
     out = _flat(done.stdout)
     assert done.returncode != 0, out[-3000:]
     assert "[expandable_segments] serving_env_decode.PYTORCH_CUDA_ALLOC_CONF" in out
     assert "NIXL silently moves KV over TCP" in out
     relaxed = run_playbook(
-        "playbooks/preflight.yml", rehearsal_inventory_copy, "-e", "preflight_fabric_expandable_segments=warn"
+        "playbooks/preflight.yml",
+        rehearsal_inventory_copy,
+        "-e",
+        hook,
+        "-e",
+        "preflight_fabric_expandable_segments=warn",
     )
     assert relaxed.returncode == 0, _flat(relaxed.stdout)[-3000:]
-    assert "WARNING: fabric findings that do not stop preflight" in _flat(relaxed.stdout)
+    relaxed_out = _flat(relaxed.stdout)
+    assert "WARNING: fabric findings that do not stop preflight" in relaxed_out
+    # The simulated GPUs' PCI tree is judged for real: healthy, so nothing about IOMMU, ACS or BAR1.
+    assert "fabric checks read the PCI tree the simulated GPUs declare" in relaxed_out
+    assert "[acs]" not in relaxed_out and "[iommu]" not in relaxed_out and "[bar1]" not in relaxed_out
 
 
 def test_driver_stage_runs_the_nvml_checks_on_the_simulated_gpus(
