@@ -94,10 +94,22 @@ def read_events(run_dir: Path) -> Iterator[dict[str, Any]]:
             continue
 
 
-def validation_figures(root: Path) -> list[str]:
-    """One line per validation report on the controller (artifacts/validation/<host>/report.json)."""
+def run_started(run_dir: Path) -> float | None:
+    """When a run began, from its directory's name (<UTC stamp>-<command>); None if it has none."""
+    stamp = run_dir.name.split("-", 1)[0]
+    try:
+        return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def validation_figures(root: Path, since: float | None = None) -> list[str]:
+    """One line per validation report on the controller (artifacts/validation/<host>/report.json)
+    written since `since`: a report an earlier run left behind says nothing about this one."""
     lines = []
     for report in sorted((root / "artifacts" / "validation").glob("*/report.json")):
+        if since is not None and report.stat().st_mtime < since:
+            continue
         try:
             data = json.loads(report.read_text())
         except (OSError, json.JSONDecodeError):
@@ -127,7 +139,7 @@ def render_summary(summary: RunSummary, run_dir: Path, root: Path) -> str:
     if summary.failures:
         out.append("failures:")
         out += [f"  {f}"[:400] for f in summary.failures[:10]]
-    figures = validation_figures(root)
+    figures = validation_figures(root, since=run_started(run_dir))
     if figures:
         out.append("validation:")
         out += figures

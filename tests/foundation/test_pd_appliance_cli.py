@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,20 @@ def test_summary_screen_shows_validation_figures(tmp_path: Path):
     assert "c16 output tok/s: 90.0 (limit 100.0) FAILED" in screen
     assert "validation FAIL" in screen
     assert len(screen.splitlines()) < 40
+
+
+def test_summary_leaves_out_reports_older_than_the_run(tmp_path: Path):
+    report = tmp_path / "artifacts" / "validation" / "node1" / "report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(
+        json.dumps({"passed": True, "gates": [{"name": "g", "measured": 1, "limit": 0, "passed": True}]})
+    )
+    os.utime(report, (1_000_000_000, 1_000_000_000))  # 2001: an earlier run's report
+    run_dir = tmp_path / "artifacts" / "runs" / "20261203T060256.168987Z-deploy"
+    summary = cli.summarize_events(events())
+    assert "validation" not in cli.render_summary(summary, run_dir, tmp_path)
+    os.utime(report, None)  # written now, during the run
+    assert "node1: validation PASS" in cli.render_summary(summary, run_dir, tmp_path)
 
 
 def test_scrub_secrets_redacts_tokens(tmp_path: Path):
