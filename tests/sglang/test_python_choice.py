@@ -85,13 +85,14 @@ def test_the_probe_runs_on_this_python_with_the_stdlib_only() -> None:
         ("http://mirror.example/simple", "the lock hashes", True),
         ("http://mirror.example/ucx.tar.gz", "", False),
         ("ftp://mirror.example/ucx.tar.gz", "", False),
+        ("ftp://mirror.example/simple", "the lock hashes", False),
     ],
 )
 def test_source_rule(url: str, covered: str, ok: bool) -> None:
     errors = sources.url_errors("gpu1", "nixl_ucx_url", url, covered)
     assert (errors == []) is ok
     if not ok:
-        assert errors[0].startswith(f"gpu1: nixl_ucx_url={url} is ") and "https://" in errors[0]
+        assert errors[0].startswith(f"gpu1: nixl_ucx_url={url}") and "https://" in errors[0]
 
 
 def test_commit_ids() -> None:

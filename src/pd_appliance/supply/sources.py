@@ -21,8 +21,11 @@ def url_errors(host: str, variable: str, url: str, covered_by: str = "") -> list
     scheme = urlsplit(url).scheme.lower()
     if scheme in SAFE_SCHEMES or (scheme == "" and url.startswith("/")):
         return []
-    if covered_by:
+    if scheme == "http" and covered_by:
         return []
+    if scheme != "http":
+        kind = f"{scheme}://" if scheme else "a bare name"
+        return [f"{host}: {variable}={url}: use an https:// (or file://) URL; {kind} is not one."]
     return [
         f"{host}: {variable}={url} is {scheme or 'not a URL'}: use an https:// (or file://) URL; nothing "
         "checks the bytes it serves (a sha256 variable or a hashed lock would)."
