@@ -32,7 +32,7 @@ options:
   workers:
     description: Concurrent index requests.
     type: int
-    default: 8
+    default: 16
 author: pd-appliance
 """
 
@@ -67,7 +67,7 @@ def main() -> None:
             "python_version": {"type": "str", "required": True},
             "index_urls": {"type": "list", "elements": "str", "default": []},
             "wheelhouse": {"type": "path"},
-            "workers": {"type": "int", "default": 8},
+            "workers": {"type": "int", "default": 16},
         },
         supports_check_mode=True,
     )
