@@ -9,7 +9,7 @@ KERNEL_TEST_DEPS ?= torch==2.13.0 triton==3.9.0
 WHEEL_DIR ?= artifacts/wheels
 SGLANG_WHEEL := $(WHEEL_DIR)/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
 
-.PHONY: venv rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels clean
+.PHONY: venv system rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels sglang-parser clean
 
 venv: $(BIN)/.pd-installed
 
@@ -46,6 +46,12 @@ wheels: venv
 	  $(BIN)/pip download -q --no-deps --require-hashes --only-binary=:all: --implementation cp --python-version 3.11 \
 	    --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 -d $(WHEEL_DIR) -r $(WHEEL_DIR)/pinned.txt; fi
 
+# SGLang's own command-line parser: a venv with the pinned wheel (patched like the lab's) and only
+# what its parser imports (CPU torch), cached under artifacts/sglang-parser by its inputs. The
+# tests that need it (tests/sglang/test_server_args.py) build it on first use; this builds it ahead.
+sglang-parser: venv wheels
+	$(BIN)/python -m pd_appliance.sglang_args venv --wheel $(SGLANG_WHEEL)
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -68,9 +74,13 @@ molecule-multinode: venv
 molecule-driver: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s driver
 
-# The README's test command: lint, syntax, unit + integration tests, the molecule rehearsal and
-# driver scenarios. The multi-host scenario is `make molecule-multinode` (CI: PD_CI_MULTINODE=1).
-test: lint syntax pytest molecule molecule-driver
+# System packages the tests need: installed as root, else checked and named (scripts/system-packages.sh).
+system:
+	scripts/system-packages.sh
+
+# The README's test command: system packages, lint, syntax, unit + integration tests, the molecule
+# rehearsal and driver scenarios. The multi-host scenario is `make molecule-multinode` (CI: PD_CI_MULTINODE=1).
+test: system lint syntax pytest molecule molecule-driver
 
 clean: stop
 	rm -rf .rehearsal artifacts/runs
