@@ -67,9 +67,12 @@ def test_first_run_installs_patches_and_records(rehearsal) -> None:
     blocks = re.split(r"\nTASK \[", run.stdout)
     ours = [b for b in blocks if b.startswith(("sglang :", "nixl :")) and "host memory" not in b[:80]]
     assert len(ours) > 20 and not [b.split("]")[0] for b in ours if "REHEARSAL" in b]
-    lock = ROOT / "files" / "locks" / f"sglang-{SGLANG_VERSION}" / "py3.11-x86_64.txt"
+    versions = json.loads((rehearsal["root"] / "var/lib/pd-appliance/sglang-versions.json").read_text())
+    lock = ROOT / "files" / "locks" / f"sglang-{SGLANG_VERSION}" / versions["lock"]  # this host's Python's
+    python = versions["python"].split()[0]
+    assert lock.name == f"py{python}-x86_64.txt" and versions["python"].endswith("(host)")
     locked = len(re.findall(r"(?m)^[a-z0-9][a-z0-9._-]*==", lock.read_text()))
-    proven = f"{locked} locked packages proven against https://pypi.org/simple/ for Python 3.11"
+    proven = f"{locked} locked packages proven against https://pypi.org/simple/ for Python {python}"
     assert proven in out, out[-3000:]
     home = rehearsal["root"] / "opt" / "pd-appliance"
     marker = json.loads((home / "sglang" / "pd-appliance-patches.json").read_text())
@@ -79,7 +82,6 @@ def test_first_run_installs_patches_and_records(rehearsal) -> None:
     [site] = (home / "sglang").glob("lib/python3*/site-packages")
     assert "force_env(" in (site / "sglang/srt/arg_groups/model_hook.py").read_text()
     assert list((site / "sglang/srt/arg_groups/__pycache__").glob("model_hook.*.pyc")), "byte-compiled"
-    versions = json.loads((rehearsal["root"] / "var/lib/pd-appliance/sglang-versions.json").read_text())
     assert versions["versions"]["sglang"] == SGLANG_VERSION and versions["versions"]["nixl"] == "1.5.1"
     assert versions["versions"]["torch"] is None and "torch" in versions["missing"]
     assert versions["versions"]["pd-appliance"] == "0.1.0"
