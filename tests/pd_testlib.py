@@ -31,3 +31,19 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *args: str, timeou
     return subprocess.run(
         cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on loopback right now (held together while chosen)."""
+    import socket
+
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()

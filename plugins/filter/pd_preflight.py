@@ -64,6 +64,44 @@ def pd_is_example_address(address: Any) -> bool:
     return preflight.is_documentation_address(str(address))
 
 
+def pd_preflight_address_errors(
+    value: Any, host: str, variable: str, addresses: list[str], wildcard_ok: bool = False
+) -> list[str]:
+    return preflight.address_errors(host, variable, value, addresses, wildcard_ok=wildcard_ok)
+
+
+def pd_preflight_processes(ps_lines: list[str]) -> dict[int, dict[str, Any]]:
+    return preflight.parse_processes(ps_lines)
+
+
+def pd_preflight_supervisord_errors(
+    processes: dict[int, dict[str, Any]], host: str, config: str, own_pid: Any
+) -> list[str]:
+    return preflight.supervisord_errors(host, config, _pid(own_pid), processes)
+
+
+def pd_preflight_listener_errors(
+    processes: dict[int, dict[str, Any]], host: str, ports: dict[str, Any], ss_lines: list[str], own_pid: Any
+) -> list[str]:
+    listeners = preflight.parse_listeners(ss_lines)
+    return preflight.listener_errors(
+        host, {k: int(v) for k, v in ports.items()}, listeners, processes, _pid(own_pid)
+    )
+
+
+def pd_preflight_host_ports(variables: dict[str, Any], groups: list[str]) -> dict[str, Any]:
+    return {
+        name: variables[name]
+        for role in groups
+        for name in preflight.ROLE_PORT_VARIABLES.get(role, ())
+        if name in variables
+    }
+
+
+def _pid(value: Any) -> int | None:
+    return int(value) if value not in (None, "", "None") else None
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -77,4 +115,9 @@ class FilterModule:
             "pd_argument_errors": pd_argument_errors,
             "pd_is_example_address": pd_is_example_address,
             "pd_spec_for_inventory": pd_spec_for_inventory,
+            "pd_preflight_address_errors": pd_preflight_address_errors,
+            "pd_preflight_processes": pd_preflight_processes,
+            "pd_preflight_supervisord_errors": pd_preflight_supervisord_errors,
+            "pd_preflight_listener_errors": pd_preflight_listener_errors,
+            "pd_preflight_host_ports": pd_preflight_host_ports,
         }

@@ -8,12 +8,14 @@ the middle of a deployment and should not have to read the role to find out what
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
 PD_ROLES = ("prefill", "decode", "router")
+_PID_RE = re.compile(r"pid=(\d+)")
 
 # Ports each serving role opens on its host, by the variable that sets them.
 ROLE_PORT_VARIABLES: dict[str, tuple[str, ...]] = {
@@ -99,6 +101,8 @@ def port_errors(host: str, roles: Iterable[str], variables: Mapping[str, Any]) -
     for role in roles:
         for variable in ROLE_PORT_VARIABLES.get(role, ()):
             port = variables.get(variable)
+            if isinstance(port, str) and port.strip().isdigit():
+                port = int(port)  # `-e serving_decode_port=30555` arrives as a string
             if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
                 errors.append(f"{host}: {variable} must be a TCP port (1-65535), got {port!r}.")
                 continue
@@ -202,3 +206,145 @@ def is_documentation_address(address: str) -> bool:
     return any(
         ip in ipaddress.ip_network(net) for net in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
     )
+
+
+# --------------------------------------------------------------------------- networking
+
+
+WILDCARD_ADDRESSES = ("0.0.0.0", "::")
+
+
+def address_errors(
+    host: str, variable: str, value: Any, host_addresses: Iterable[str], *, wildcard_ok: bool = False
+) -> list[str]:
+    """`value` (an address the host must listen on or be reached at) must be one of the host's own.
+
+    A worker that binds an address the host lacks never starts; one that binds loopback while the
+    router dials the host's network address refuses every connection. Both are found here, before
+    anything is installed, rather than as a health timeout half an hour into the serve stage.
+    """
+    own = sorted({str(a) for a in host_addresses} | {"127.0.0.1", "::1"})
+    text = str(value or "").strip()
+    if not text:
+        return [
+            f"{host}: {variable} is empty: the host has no default IPv4 route to take its address from. "
+            f"Set {variable} in host_vars/{host}.yml to one of its addresses: {', '.join(own)}."
+        ]
+    if wildcard_ok and text in WILDCARD_ADDRESSES:
+        return []
+    try:
+        wanted = ipaddress.ip_address(text)
+    except ValueError:
+        return [
+            f"{host}: {variable}={text} is not an IP address; set it to one of the host's addresses: "
+            f"{', '.join(own)}."
+        ]
+    if any(ipaddress.ip_address(a) == wanted for a in own if _is_ip(a)):
+        return []
+    return [
+        f"{host}: {variable}={text} is not an address of this host (it has {', '.join(own)}); what the "
+        f"workers bind and what the router dials must be the host's own. Set {variable} in "
+        f"host_vars/{host}.yml to one of them."
+    ]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_listeners(ss_lines: Iterable[str]) -> list[dict[str, Any]]:
+    """Listening TCP sockets from `ss -Htlnp` lines: address, port and the pids ss could name."""
+    listeners = []
+    for line in ss_lines:
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        local = fields[3]
+        address, _, port = local.rpartition(":")
+        if not port.isdigit():
+            continue
+        pids = [int(p) for p in _PID_RE.findall(line)]
+        listeners.append({"address": address.strip("[]").split("%")[0], "port": int(port), "pids": pids})
+    return listeners
+
+
+def parse_processes(ps_lines: Iterable[str]) -> dict[int, dict[str, Any]]:
+    """`ps -eo pid=,ppid=,args=` lines as {pid: {"ppid": int, "args": str}}."""
+    processes: dict[int, dict[str, Any]] = {}
+    for line in ps_lines:
+        fields = line.split(None, 2)
+        if len(fields) >= 2 and fields[0].isdigit() and fields[1].isdigit():
+            processes[int(fields[0])] = {"ppid": int(fields[1]), "args": fields[2] if len(fields) > 2 else ""}
+    return processes
+
+
+def _descends_from(pid: int, ancestor: int, processes: Mapping[int, Mapping[str, Any]]) -> bool:
+    seen: set[int] = set()
+    while pid in processes and pid not in seen:
+        if pid == ancestor:
+            return True
+        seen.add(pid)
+        pid = int(processes[pid]["ppid"])
+    return pid == ancestor
+
+
+def supervisord_errors(
+    host: str, config: str, own_pid: int | None, processes: Mapping[int, Mapping[str, Any]]
+) -> list[str]:
+    """At most one supervisord may run this deployment's config, and it must be the recorded one.
+
+    A second one (started after its pidfile or socket was deleted) keeps its programs on the ports,
+    and the next deploy's health checks would be answered by them.
+    """
+    strays = sorted(
+        pid
+        for pid, proc in processes.items()
+        if "supervisord" in str(proc["args"]) and config in str(proc["args"]) and pid != own_pid
+    )
+    if not strays:
+        return []
+    return [
+        f"{host}: supervisord pid {pid} runs this deployment's config {config} but is not the one its "
+        f"pidfile records ({own_pid or 'no pidfile'}): its programs would answer for this deployment. "
+        f"Stop it (`kill {pid}`, or `make stop` before deleting a rehearsal tree), then re-run."
+        for pid in strays
+    ]
+
+
+def listener_errors(
+    host: str,
+    ports: Mapping[str, int],
+    listeners: Iterable[Mapping[str, Any]],
+    processes: Mapping[int, Mapping[str, Any]],
+    own_supervisord: int | None,
+) -> list[str]:
+    """Every port this host's programs open must be free or held by this deployment's own programs.
+
+    `ports` maps the variable that sets a port to its value; `own_supervisord` is the pid of this
+    deployment's supervisord (None when it does not run): a holder that descends from it is ours.
+    """
+    errors = []
+    for variable, port in sorted(ports.items()):
+        for listener in listeners:
+            if int(listener["port"]) != int(port):
+                continue
+            pids = list(listener.get("pids") or [])
+            ours = [p for p in pids if own_supervisord and _descends_from(p, own_supervisord, processes)]
+            if ours and len(ours) == len(pids):
+                continue
+            if not pids:
+                holder = "a process this account cannot see (run preflight with become to name it)"
+            else:
+                holder = ", ".join(
+                    f"pid {p} ({str(processes.get(p, {}).get('args', '?'))[:120]})" for p in pids
+                )
+            errors.append(
+                f"{host}: port {port} ({variable}) is already held on {listener['address']} by {holder}, "
+                f"which is not this deployment's own program. Stop that process or choose another {variable}."
+            )
+            break
+    return errors

@@ -136,12 +136,8 @@ FOOTPRINT = (
 def test_bad_inventory_stops_in_preflight_before_any_change(lab: Path) -> None:
     """A decode GPU the host does not have: site.yml stops in Preflight and no host is changed."""
     inventory = yaml.safe_load((lab / "hosts.yml").read_text())
-    inventory["pd_appliance"]["children"]["decode"]["hosts"]["gpu-decode-01"]["serving_decode_gpus"] = [
-        0,
-        1,
-        2,
-        9,
-    ]
+    decode_hosts = inventory["pd_appliance"]["children"]["decode"]["hosts"]
+    decode_hosts["gpu-decode-01"] = {"serving_decode_gpus": [0, 1, 2, 9]}
     (lab / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
     before = {host: on_host(host, FOOTPRINT) for host in hosts(lab)}
     assert "pd-appliance:" not in before["gpu-decode-01"], "the lab must start fresh"

@@ -44,7 +44,7 @@ def test_the_real_names_and_the_traps_are_there(repo: dict[str, str]) -> None:
         "cuda-13-0",
         "linux-headers-6.8.0-45-generic",
     } <= names
-    assert "Version: 580.105.08-1" in index and "Version: 590.44.01-1" in index
+    assert "Version: 580.172.08-1" in index and "Version: 590.44.01-1" in index
 
 
 def test_release_is_signed_by_the_key_in_the_stand_in_keyring(repo: dict[str, str], tmp_path: Path) -> None:

@@ -30,8 +30,8 @@ CASES = {
         "serving_prefill_tp_size=4 but serving_prefill_gpus has 3 GPU(s)",
     ),
     "duplicate_ports": (
-        {"serving_router_port": 30000},
-        "port 30000 is used by serving_prefill_port and serving_router_port",
+        {"serving_router_port": 30999, "serving_prefill_port": 30999},
+        "port 30999 is used by serving_prefill_port and serving_router_port",
     ),
     "missing_model_path": (
         {"appliance_model_dir": ""},
@@ -63,7 +63,7 @@ def test_broken_inventory_stops_at_preflight(case: str, rehearsal_inventory_copy
 
 
 def test_all_problems_reported_in_one_run(rehearsal_inventory_copy: Path) -> None:
-    break_inventory(rehearsal_inventory_copy, serving_decode_gpus=[3, 4, 5, 6], serving_router_port=30001)
+    break_inventory(rehearsal_inventory_copy, serving_decode_gpus=[3, 4, 5, 6], serving_router_port=30998, serving_decode_port=30998)
     result = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy)
     output = result.stdout + result.stderr
     assert result.returncode != 0
@@ -74,4 +74,4 @@ def test_rehearsal_inventory_passes_preflight(rehearsal_inventory_copy: Path) ->
     result = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "preflight passed on localhost" in result.stdout
-    assert "REHEARSAL:" in result.stdout
+    assert "STAND-IN (appliance_simulated_gpus" in result.stdout

@@ -43,6 +43,8 @@ def _owner_vars(root: Path) -> dict:
         "serving_supervisor_manager": "systemd",
         "serving_supervisor_unit_path": str(root / "etc/systemd/system/pd-appliance-supervisor.service"),
         "serving_hf_token": HF_TOKEN, "serving_router_api_key": API_KEY, "serving_render_only": True,
+        # The host's address (a declared stand-in): the lab host's, as its primary IPv4 would give it.
+        "serving_advertise_host": "192.0.2.10",
     }  # fmt: skip
 
 
@@ -80,7 +82,7 @@ def test_lab_prefill_command_gpus_and_numa(lab: Path) -> None:
         f"--env-file={lab}/etc/pd-appliance/serving/prefill.env", "--",
         "/usr/bin/numactl", "--cpunodebind=0", "--membind=0", "--",
         sglang, "-m", "sglang.launch_server", "--model-path", f"{lab}/srv/models/DeepSeek-V4-Flash-NVFP4",
-        "--served-model-name", "dsv4-flash", "--trust-remote-code", "--tp-size", "4", "--host", "127.0.0.1",
+        "--served-model-name", "dsv4-flash", "--trust-remote-code", "--tp-size", "4", "--host", "192.0.2.10",
         "--port", "30000", "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "nixl",
         "--disaggregation-bootstrap-port", "8998", "--moe-runner-backend", "flashinfer_cutlass",
         "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.88", "--enable-metrics",
@@ -172,17 +174,17 @@ def two_hosts(tmp_path_factory, repo_root) -> Path:
             },
             "hosts": {
                 "gpu-prefill-01": {"ansible_host": "192.0.2.11", "appliance_root": str(base / "p"),
-                                   "serving_prefill_gpus": [0, 1, 2, 3]},
+                                   "serving_advertise_host": "192.0.2.11", "serving_prefill_gpus": [0, 1, 2, 3]},
                 "gpu-decode-01": {"ansible_host": "192.0.2.12", "appliance_root": str(base / "d"),
-                                  "serving_decode_gpus": [4, 5, 6, 7]},
+                                  "serving_advertise_host": "192.0.2.12", "serving_decode_gpus": [4, 5, 6, 7]},
             },
-            "vars": {"appliance_mode": "lab", "serving_worker_bind_host": "0.0.0.0",
+            "vars": {"serving_worker_bind_host": "0.0.0.0",
                      "serving_ucx_net_devices": "mlx5_0:1", "serving_ib_device": "mlx5_0"},
         }
     }  # fmt: skip
     (base / "hosts.yml").write_text(yaml.safe_dump(inventory))
     owner = _owner_vars(base / "unused")
-    for key in ("appliance_root", "serving_supervisor_unit_path"):
+    for key in ("appliance_root", "serving_supervisor_unit_path", "serving_advertise_host"):
         owner.pop(key)
     owner["serving_supervisor_manager"] = "direct"
     extra = base / "vars.json"

@@ -147,7 +147,7 @@ def deployment(tmp_path_factory, repo_root):
 
 def test_first_converge_runs_all_three_programs(deployment: Deployment) -> None:
     assert set(deployment.pids()) == {"prefill", "decode", "router"}
-    assert "REHEARSAL: no NVML here" in deployment.first_run.stdout
+    assert "STAND-IN (appliance_simulated_gpus): pinning uses the simulated GPUs" in deployment.first_run.stdout
     status = deployment.ctl("status").stdout
     assert status.count("RUNNING") == 3, status
 
@@ -228,7 +228,7 @@ def _day2(deployment: Deployment, playbook: str, *extra: str) -> subprocess.Comp
 def test_day2_status_restart_and_profile(deployment: Deployment) -> None:
     status = _day2(deployment, "status.yml").stdout
     assert status.count("RUNNING pid") == 3 and status.count("| health 200") == 3
-    assert re.search(r"REHEARSAL:\s+no\s+nvidia-smi", status)
+    assert re.search(r"no\s+nvidia-smi:\s+simulated\s+GPUs", status)
     before = deployment.pids()
     _day2(deployment, "restart.yml", "-e", "serving_restart=decode")
     after = deployment.pids()

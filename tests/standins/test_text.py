@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pd_standins.engine.text import (
+    BUILTIN_CANNED,
     CannedCompletions,
     CannedCompletionsError,
     complete,
@@ -59,7 +60,14 @@ def test_load_merges_file_and_inline_json(tmp_path) -> None:
     path = tmp_path / "canned.json"
     path.write_text(json.dumps({"A": " from file", "B": " b"}))
     canned = CannedCompletions.load(str(path), json.dumps({"A": " inline"}))
-    assert canned.as_dict() == {"A": " inline", "B": " b"}
+    assert canned.as_dict() == {**BUILTIN_CANNED, "A": " inline", "B": " b"}
+
+
+def test_builtin_answer_to_the_validation_probe_says_it_is_canned() -> None:
+    answer = CannedCompletions.load().match(PROBE)
+    assert answer is not None and "Paris" in answer and "canned" in answer
+    override = CannedCompletions.load(None, json.dumps({PROBE: " Lyon"}))
+    assert override.match(PROBE) == " Lyon"
 
 
 @pytest.mark.parametrize("bad", ['["not", "a", "mapping"]', '{"": "x"}', '{"A": 1}', "not json"])

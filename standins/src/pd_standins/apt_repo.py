@@ -24,7 +24,7 @@ from pathlib import Path
 
 # Three driver releases: the pinned one, a newer one in the same branch (the pin must win over it)
 # and one of the next branch (the branch pin must keep it out).
-DRIVER_VERSIONS = ("580.95.05-1", "580.105.08-1", "590.44.01-1")
+DRIVER_VERSIONS = ("580.159.04-1", "580.172.08-1", "590.44.01-1")
 NVCC_ARCHES = "75 80 86 87 88 89 90 100 103 110 120 121"
 ORIGIN = "pd-appliance stand-in for NVIDIA's CUDA repository"
 

@@ -21,6 +21,12 @@ FILLER_WORDS = (
 _TOKEN_RE = re.compile(r"\s*\S+|\s+$")
 
 
+# What the engine answers by default: the validation stage's correctness probe (roles/validation,
+# validation_probe_prompt) gets the answer a working model gives, marked as canned, so the rehearsal
+# runs the lab's probe unchanged. A file or inline JSON adds to it or overrides it.
+BUILTIN_CANNED = {"The capital of France is": " Paris. (canned by the rehearsal engine, not a model's answer)"}
+
+
 class CannedCompletionsError(ValueError):
     """A canned-completions source is unreadable or not a prefix -> continuation mapping."""
 
@@ -61,8 +67,8 @@ class CannedCompletions:
 
     @classmethod
     def load(cls, path: str | None = None, inline_json: str | None = None) -> CannedCompletions:
-        """Merge a JSON file and an inline JSON string (inline wins); both optional."""
-        merged: dict[str, str] = {}
+        """The built-in answers, then a JSON file, then an inline JSON string (later wins); both optional."""
+        merged: dict[str, str] = dict(BUILTIN_CANNED)
         for source, text in _sources(path, inline_json):
             try:
                 data = json.loads(text)

@@ -1,0 +1,107 @@
+"""Wait for a supervisor program to be RUNNING and healthy; fail fast when it cannot be.
+
+    python -m pd_appliance.serving.wait --serverurl unix:///run/pd-appliance/supervisor.sock \
+        --program pd:decode --url http://10.0.0.5:30001/health --log /var/log/pd-appliance/decode.log \
+        [--timeout-s 1800] [--interval-s 2] [--log-lines 60]
+
+Prints one JSON object and exits 0 when the program is RUNNING (past supervisor's startsecs) and its
+health URL answers 200. Exits 1 as soon as supervisor reports BACKOFF, FATAL, EXITED or STOPPED (a
+crash during start: a missing binary, a bad flag, an out-of-memory load), or at the timeout, with
+the state and the last lines of the program's log, so a broken start costs seconds, not the whole
+model-load timeout. A program that answers its health URL while still STARTING is waited for: a
+play that returned then would leave it to supervisor's start bookkeeping to decide its fate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import xmlrpc.client
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pd_appliance.serving.apply import connect
+from pd_appliance.serving.day2 import probe
+
+FAILED_STATES = frozenset({"BACKOFF", "FATAL", "EXITED", "STOPPED", "UNKNOWN"})
+
+
+def log_tail(path: str, lines: int) -> str:
+    """The last `lines` lines of the program's log ('' when it cannot be read)."""
+    try:
+        with Path(path).open(encoding="utf-8", errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines))
+    except OSError as exc:
+        return f"(cannot read {path}: {exc.strerror})"
+
+
+def program_state(server: Any, program: str) -> tuple[str, str]:
+    """(statename, description) of a supervisor program; ('UNKNOWN', why) when supervisor cannot say."""
+    try:
+        info = server.supervisor.getProcessInfo(program)
+    except xmlrpc.client.Fault as fault:
+        return "UNKNOWN", f"supervisor: {fault.faultString}"
+    except OSError as exc:
+        return "UNKNOWN", f"supervisor unreachable: {exc}"
+    return str(info["statename"]), str(info.get("description", ""))
+
+
+def wait(
+    state: Callable[[], tuple[str, str]],
+    health: Callable[[], dict[str, Any]],
+    timeout_s: float,
+    interval_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Poll until RUNNING and healthy (ok), a failed state, or the timeout; return what was seen."""
+    start = clock()
+    while True:
+        statename, description = state()
+        checked = health() if statename in ("RUNNING", "STARTING") else {}
+        result = {
+            "state": statename,
+            "description": description,
+            "health": checked,
+            "waited_s": round(clock() - start, 1),
+        }
+        if statename in FAILED_STATES:
+            return {**result, "ok": False, "reason": f"supervisor reports {statename} ({description})"}
+        if statename == "RUNNING" and checked.get("status") == 200:
+            return {**result, "ok": True}
+        if clock() - start >= timeout_s:
+            seen = checked.get("status", checked.get("error", "no answer"))
+            return {**result, "ok": False, "reason": f"not healthy after {timeout_s:.0f} s (health: {seen})"}
+        sleep(interval_s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pd_appliance.serving.wait", description=__doc__.split("\n")[0])
+    parser.add_argument("--serverurl", required=True)
+    parser.add_argument("--program", required=True, help="group:name, e.g. pd:decode")
+    parser.add_argument("--url", required=True, help="health URL that must answer 200")
+    parser.add_argument("--log", required=True, help="the program's log file")
+    parser.add_argument("--timeout-s", type=float, default=1800.0)
+    parser.add_argument("--interval-s", type=float, default=2.0)
+    parser.add_argument("--log-lines", type=int, default=60)
+    args = parser.parse_args(argv)
+    server = connect(args.serverurl)
+    result = wait(
+        lambda: program_state(server, args.program),
+        lambda: probe(args.url, timeout_s=min(10.0, max(1.0, args.interval_s * 5))),
+        args.timeout_s,
+        args.interval_s,
+    )
+    result.update(program=args.program, url=args.url)
+    if not result["ok"]:
+        result["log_tail"] = log_tail(args.log, args.log_lines)
+    print(json.dumps(result))
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
