@@ -65,11 +65,12 @@ def test_another_ca_bundle_is_another_image(image: str, tmp_path: Path) -> None:
 
 
 def in_image(image: str, script: str) -> str:
+    """What `script` prints in a throw-away container of the image (its exit code is not asked)."""
     return subprocess.run(
         ["docker", "run", "--rm", "--entrypoint=sh", image, "-c", script],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     ).stdout
 
 
@@ -77,7 +78,7 @@ def test_image_is_a_bare_lab_server(image: str) -> None:
     packages = in_image(
         image,
         "dpkg-query --show --showformat='${Package} ${db:Status-Status}\\n' "
-        "systemd openssh-server sudo python3 python3-venv numactl 2>/dev/null; true",
+        "systemd openssh-server sudo python3 python3-venv numactl 2>/dev/null",
     ).splitlines()
     for present in ("systemd", "openssh-server", "sudo", "python3"):
         assert f"{present} installed" in packages, packages
