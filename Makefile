@@ -9,7 +9,7 @@ KERNEL_TEST_DEPS ?= torch==2.13.0 triton==3.9.0
 WHEEL_DIR ?= artifacts/wheels
 SGLANG_WHEEL := $(WHEEL_DIR)/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
 
-.PHONY: venv rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels clean
+.PHONY: venv system rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels clean
 
 venv: $(BIN)/.pd-installed
 
@@ -63,9 +63,13 @@ molecule-multinode: venv
 molecule-driver: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s driver
 
-# The README's test command: lint, syntax, unit + integration tests, the molecule rehearsal and
-# driver scenarios. The multi-host scenario is `make molecule-multinode` (CI: PD_CI_MULTINODE=1).
-test: lint syntax pytest molecule molecule-driver
+# System packages the tests need: installed as root, else checked and named (scripts/system-packages.sh).
+system:
+	scripts/system-packages.sh
+
+# The README's test command: system packages, lint, syntax, unit + integration tests, the molecule
+# rehearsal and driver scenarios. The multi-host scenario is `make molecule-multinode` (CI: PD_CI_MULTINODE=1).
+test: system lint syntax pytest molecule molecule-driver
 
 clean: stop
 	rm -rf .rehearsal artifacts/runs

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,10 +95,22 @@ def read_events(run_dir: Path) -> Iterator[dict[str, Any]]:
             continue
 
 
-def validation_figures(root: Path) -> list[str]:
-    """One line per validation report on the controller (artifacts/validation/<host>/report.json)."""
+def run_started(run_dir: Path) -> float | None:
+    """When a run began, from its directory's name (<UTC stamp>-<command>); None if it has none."""
+    stamp = run_dir.name.split("-", 1)[0]
+    try:
+        return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def validation_figures(root: Path, since: float | None = None) -> list[str]:
+    """One line per validation report on the controller (artifacts/validation/<host>/report.json)
+    written since `since`: a report an earlier run left behind says nothing about this one."""
     lines = []
     for report in sorted((root / "artifacts" / "validation").glob("*/report.json")):
+        if since is not None and report.stat().st_mtime < since:
+            continue
         try:
             data = json.loads(report.read_text())
         except (OSError, json.JSONDecodeError):
@@ -127,7 +140,7 @@ def render_summary(summary: RunSummary, run_dir: Path, root: Path) -> str:
     if summary.failures:
         out.append("failures:")
         out += [f"  {f}"[:400] for f in summary.failures[:10]]
-    figures = validation_figures(root)
+    figures = validation_figures(root, since=run_started(run_dir))
     if figures:
         out.append("validation:")
         out += figures
@@ -201,6 +214,60 @@ def scrub_secrets(run_dir: Path) -> None:
             path.write_text(json.dumps(data))
 
 
+def private_extra_vars(values: Sequence[str]) -> dict[str, Any]:
+    """Merge `-e` values (key=value words, JSON or YAML mappings, @file) into one mapping.
+
+    pd-appliance hands extra variables to ansible-playbook in a 0600 file instead of on its command
+    line: ansible-runner records the command line in the run directory (env/cmdline,
+    artifacts/*/command), and `-e checkpoint_hf_token=...` must not end up there or in /proc.
+    """
+    import shlex
+
+    import yaml
+
+    merged: dict[str, Any] = {}
+    for value in values:
+        text = value.strip()
+        if text.startswith("@"):
+            loaded = yaml.safe_load(Path(text[1:]).read_text())
+        elif text.startswith(("{", "[")):
+            loaded = yaml.safe_load(text)
+        else:
+            loaded = {}
+            for word in shlex.split(text):
+                key, sep, item = word.partition("=")
+                if not sep:
+                    raise SystemExit(f"pd-appliance: -e {word!r}: expected key=value, JSON or @file")
+                loaded[key] = item
+        if not isinstance(loaded, dict):
+            raise SystemExit(f"pd-appliance: -e {value[:40]!r} is not a mapping of variables")
+        merged.update(loaded)
+    return merged
+
+
+def secret_values(variables: dict[str, Any]) -> list[str]:
+    """The values of secret-looking variables (by name), to scrub from anything a run writes."""
+    return [
+        str(v) for k, v in variables.items() if SECRET_NAME.search(k) and isinstance(v, str | int) and str(v)
+    ]
+
+
+def scrub_values(run_dir: Path, secrets: Sequence[str]) -> None:
+    """Replace every occurrence of a secret value in the run's files (events echo what tasks print)."""
+    needles = [s.encode() for s in secrets if len(s) >= 4]
+    if not needles:
+        return
+    for path in run_dir.rglob("*"):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        cleaned = data
+        for needle in needles:
+            cleaned = cleaned.replace(needle, b"<redacted>")
+        if cleaned != data:
+            path.write_bytes(cleaned)
+
+
 def _quote(arg: str) -> str:
     import shlex
 
@@ -229,14 +296,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def extra_args_from(ns: argparse.Namespace) -> list[str]:
+def extra_args_from(ns: argparse.Namespace, vars_file: Path | None = None) -> list[str]:
+    """ansible-playbook arguments; extra variables only as `-e @vars_file` (see private_extra_vars)."""
     args: list[str] = []
     if ns.tags:
         args += ["--tags", ns.tags]
     if ns.limit:
         args += ["--limit", ns.limit]
-    for ev in ns.extra_vars:
-        args += ["-e", ev]
+    if vars_file is not None:
+        args += ["-e", f"@{vars_file}"]
     if ns.check:
         args += ["--check", "--diff"]
     return args
@@ -253,7 +321,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary.rc = int(rc_file.read_text()) if rc_file.exists() else None
         print(render_summary(summary, ns.run_dir, root))
         return 0 if summary.ok else 1
-    summary, run_dir = run_playbook(root, ns.command, ns.inventory, extra_args_from(ns), quiet=ns.quiet)
+    variables = private_extra_vars(ns.extra_vars)
+    with tempfile.TemporaryDirectory(prefix="pd-appliance-") as private:
+        vars_file = None
+        if variables:
+            vars_file = Path(private) / "extra-vars.json"
+            vars_file.touch(mode=0o600)
+            vars_file.write_text(json.dumps(variables))
+        summary, run_dir = run_playbook(
+            root, ns.command, ns.inventory, extra_args_from(ns, vars_file), quiet=ns.quiet
+        )
+    scrub_values(run_dir, secret_values(variables))
     print(render_summary(summary, run_dir, root))
     return 0 if summary.ok else 1
 

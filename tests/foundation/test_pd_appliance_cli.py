@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,20 @@ def test_summary_screen_shows_validation_figures(tmp_path: Path):
     assert len(screen.splitlines()) < 40
 
 
+def test_summary_leaves_out_reports_older_than_the_run(tmp_path: Path):
+    report = tmp_path / "artifacts" / "validation" / "node1" / "report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(
+        json.dumps({"passed": True, "gates": [{"name": "g", "measured": 1, "limit": 0, "passed": True}]})
+    )
+    os.utime(report, (1_000_000_000, 1_000_000_000))  # 2001: an earlier run's report
+    run_dir = tmp_path / "artifacts" / "runs" / "20261203T060256.168987Z-deploy"
+    summary = cli.summarize_events(events())
+    assert "validation" not in cli.render_summary(summary, run_dir, tmp_path)
+    os.utime(report, None)  # written now, during the run
+    assert "node1: validation PASS" in cli.render_summary(summary, run_dir, tmp_path)
+
+
 def test_scrub_secrets_redacts_tokens(tmp_path: Path):
     run = tmp_path / "artifacts" / "run"
     run.mkdir(parents=True)
@@ -99,3 +114,28 @@ def test_deploy_preflight_records_a_run(repo_root: Path, rehearsal_inventory_cop
     assert list(run_dir.glob("artifacts/run/job_events/*.json")), "job events were not kept"
     assert (run_dir / "artifacts" / "run" / "stdout").is_file()
     assert "Preflight" in result.stdout.split("stages: ", 1)[1]
+
+
+def test_extra_vars_go_to_a_private_file_and_secrets_are_scrubbed(tmp_path: Path):
+    from_file = tmp_path / "vars.yml"
+    from_file.write_text("serving_router_api_key: from-file-key-123\n")
+    merged = cli.private_extra_vars(
+        ["checkpoint_hf_token=hf_planted_777 validation_num_requests=3", '{"x": [1, 2]}', f"@{from_file}"]
+    )
+    assert merged == {
+        "checkpoint_hf_token": "hf_planted_777",
+        "validation_num_requests": "3",
+        "x": [1, 2],
+        "serving_router_api_key": "from-file-key-123",
+    }
+    assert sorted(cli.secret_values(merged)) == ["from-file-key-123", "hf_planted_777"]
+    ns = cli.build_parser().parse_args(["deploy", "-e", "checkpoint_hf_token=hf_planted_777"])
+    args = cli.extra_args_from(ns, tmp_path / "private.json")
+    assert args == ["-e", f"@{tmp_path / 'private.json'}"] and "hf_planted_777" not in " ".join(args)
+    run = tmp_path / "run"
+    (run / "artifacts" / "run" / "job_events").mkdir(parents=True)
+    (run / "artifacts" / "run" / "job_events" / "1.json").write_text('{"stdout": "token hf_planted_777"}')
+    cli.scrub_values(run, cli.secret_values(merged))
+    assert "hf_planted_777" not in (run / "artifacts" / "run" / "job_events" / "1.json").read_text()
+    with pytest.raises(SystemExit, match="expected key=value"):
+        cli.private_extra_vars(["not-a-pair"])

@@ -63,7 +63,12 @@ def test_broken_inventory_stops_at_preflight(case: str, rehearsal_inventory_copy
 
 
 def test_all_problems_reported_in_one_run(rehearsal_inventory_copy: Path) -> None:
-    break_inventory(rehearsal_inventory_copy, serving_decode_gpus=[3, 4, 5, 6], serving_router_port=30998, serving_decode_port=30998)
+    break_inventory(
+        rehearsal_inventory_copy,
+        serving_decode_gpus=[3, 4, 5, 6],
+        serving_router_port=30998,
+        serving_decode_port=30998,
+    )
     result = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy)
     output = result.stdout + result.stderr
     assert result.returncode != 0

@@ -174,9 +174,11 @@ def two_hosts(tmp_path_factory, repo_root) -> Path:
             },
             "hosts": {
                 "gpu-prefill-01": {"ansible_host": "192.0.2.11", "appliance_root": str(base / "p"),
-                                   "serving_advertise_host": "192.0.2.11", "serving_prefill_gpus": [0, 1, 2, 3]},
+                                   "serving_advertise_host": "192.0.2.11",
+                                   "serving_prefill_gpus": [0, 1, 2, 3]},
                 "gpu-decode-01": {"ansible_host": "192.0.2.12", "appliance_root": str(base / "d"),
-                                  "serving_advertise_host": "192.0.2.12", "serving_decode_gpus": [4, 5, 6, 7]},
+                                  "serving_advertise_host": "192.0.2.12",
+                                  "serving_decode_gpus": [4, 5, 6, 7]},
             },
             "vars": {"serving_worker_bind_host": "0.0.0.0",
                      "serving_ucx_net_devices": "mlx5_0:1", "serving_ib_device": "mlx5_0"},

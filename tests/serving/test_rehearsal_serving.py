@@ -147,7 +147,9 @@ def deployment(tmp_path_factory, repo_root):
 
 def test_first_converge_runs_all_three_programs(deployment: Deployment) -> None:
     assert set(deployment.pids()) == {"prefill", "decode", "router"}
-    assert "STAND-IN (appliance_simulated_gpus): pinning uses the simulated GPUs" in deployment.first_run.stdout
+    assert (
+        "STAND-IN (appliance_simulated_gpus): pinning uses the simulated GPUs" in deployment.first_run.stdout
+    )
     status = deployment.ctl("status").stdout
     assert status.count("RUNNING") == 3, status
 

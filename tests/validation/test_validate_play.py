@@ -24,14 +24,18 @@ def test_pass_accepts_then_regression_errors_and_floor_fail_with_report(
     tmp_path: Path, rehearsal_inventory_copy: Path, start_double
 ) -> None:
     fast = start_double("--tpot-ms", "1")
-    first = run_playbook(PLAYBOOK, rehearsal_inventory_copy, *validation_extra_vars(tmp_path, fast.url))
+    first = run_playbook(
+        PLAYBOOK,
+        rehearsal_inventory_copy,
+        *validation_extra_vars(tmp_path, fast.url, serving_env_common={"PD_SIM_TPOT_MS": "2"}),
+    )
     assert first.returncode == 0, first.stdout[-3000:]
     artifacts = tmp_path / "artifacts"
     report = json.loads((artifacts / "report.json").read_text())
     assert report["passed"] is True
     assert {p.name for p in artifacts.iterdir()} >= {"report.json", "report.md", "report.png"}
     assert report["metadata"]["gpus"][0]["name"].startswith("Simulated NVIDIA RTX PRO 6000")
-    assert report["metadata"]["env_hooks"]["common"]["PD_SIM_TPOT_MS"] == "2"  # the rehearsal inventory's
+    assert report["metadata"]["env_hooks"]["common"]["PD_SIM_TPOT_MS"] == "2"  # the hooks in force
     history = (host_state(rehearsal_inventory_copy) / "history.jsonl").read_text().splitlines()
     assert len(history) == 1
     c16_first = report["figures"]["C=16 output tok/s"]

@@ -45,7 +45,9 @@ def reach(targets: Iterable[tuple[str, str, int]], timeout_s: float) -> dict[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pd_appliance.serving.reach", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pd_appliance.serving.reach", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--timeout-s", type=float, default=5.0)
     parser.add_argument("targets", nargs="+", metavar="NAME=HOST:PORT")
     args = parser.parse_args(argv)

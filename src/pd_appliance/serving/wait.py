@@ -80,7 +80,9 @@ def wait(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pd_appliance.serving.wait", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pd_appliance.serving.wait", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--serverurl", required=True)
     parser.add_argument("--program", required=True, help="group:name, e.g. pd:decode")
     parser.add_argument("--url", required=True, help="health URL that must answer 200")

@@ -52,10 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     sg.add_argument("--max-running-requests", type=int, default=256)
     sg.add_argument("--enable-metrics", action="store_true")
     sim = p.add_argument_group("simulator knobs (flag, else PD_SIM_* environment variable)")
-    sim.add_argument("--sim-ttft-ms", type=float, default=_env_float("PD_SIM_TTFT_MS", 50.0),
-                     help="simulated prefill time per request (PD_SIM_TTFT_MS, default 50)")  # fmt: skip
-    sim.add_argument("--sim-tpot-ms", type=float, default=_env_float("PD_SIM_TPOT_MS", 2.0),
-                     help="simulated time per output token (PD_SIM_TPOT_MS, default 2)")  # fmt: skip
+    sim.add_argument("--sim-ttft-ms", type=float, default=_env_float("PD_SIM_TTFT_MS", 40.0),
+                     help="simulated prefill time per request (PD_SIM_TTFT_MS, default 40)")  # fmt: skip
+    sim.add_argument("--sim-tpot-ms", type=float, default=_env_float("PD_SIM_TPOT_MS", 10.0),
+                     help="simulated time per output token (PD_SIM_TPOT_MS, default 10)")  # fmt: skip
     sim.add_argument("--sim-startup-delay-s", type=float, default=_env_float("PD_SIM_STARTUP_DELAY_S", 0.0),
                      help="answer /health 503 this long after start, like a loading model")  # fmt: skip
     sim.add_argument("--sim-rendezvous-timeout-s", type=float,

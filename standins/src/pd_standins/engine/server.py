@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from pd_standins import __version__
 from pd_standins.engine import SIMULATOR_BANNER, SIMULATOR_HEADER, SIMULATOR_NAME
-from pd_standins.engine.bootstrap import BootstrapRooms, RendezvousError, rendezvous
+from pd_standins.engine.bootstrap import ROOM_TTL_S, BootstrapRooms, RendezvousError, rendezvous
+from pd_standins.engine.metrics import EngineMetrics, RequestMetrics
 from pd_standins.engine.text import CannedCompletions, Completion, complete, count_prompt_tokens
 
 UNGUARDED_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
@@ -79,6 +81,30 @@ def _error(status: int, message: str) -> web.Response:
     )
 
 
+class _MeteredRooms(BootstrapRooms):
+    """The prefill's rooms, timed from prefilled to handed to the decode (SGLang's prefill observes
+    sglang:kv_transfer_latency_ms); rooms prefilled and not yet taken are the inflight queue."""
+
+    def __init__(self, wait_timeout_s: float) -> None:
+        super().__init__(wait_timeout_s)
+        self.metrics: EngineMetrics | None = None
+        self.ready_at: dict[int, float] = {}
+
+    def mark_ready(self, room: int, prompt_tokens: int) -> None:
+        now = time.monotonic()
+        for key in [k for k, t in self.ready_at.items() if now - t > ROOM_TTL_S]:
+            del self.ready_at[key]
+        self.ready_at[room] = now
+        super().mark_ready(room, prompt_tokens)
+
+    async def wait(self, room: int) -> int | None:
+        tokens = await super().wait(room)
+        ready = self.ready_at.pop(room, None)
+        if tokens is not None and ready is not None and self.metrics is not None:
+            self.metrics.kv_transfer(time.monotonic() - ready)
+        return tokens
+
+
 class SimWorker:
     """One simulated SGLang worker (prefill, decode or plain)."""
 
@@ -86,8 +112,18 @@ class SimWorker:
         if config.role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {config.role!r}")
         self.config = config
-        self.rooms = BootstrapRooms(config.rendezvous_timeout_s)
+        self.rooms = _MeteredRooms(config.rendezvous_timeout_s)
         self.stats = _Stats()
+        self.decode_waiting = 0
+        self.sglang_metrics = EngineMetrics(
+            config.role,
+            config.model_name,
+            running=lambda: float(self.stats.running),
+            transfer_queue=lambda: float(
+                len(self.rooms.ready_at) if config.role == "prefill" else self.decode_waiting
+            ),
+        )
+        self.rooms.metrics = self.sglang_metrics
 
     # ---- plumbing -------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -214,24 +250,9 @@ class SimWorker:
     async def metrics(self, request: web.Request) -> web.Response:
         if not self.config.enable_metrics:
             return web.Response(status=404, text="metrics disabled (--enable-metrics not given)\n")
-        labels = f'model_name="{self.config.model_name}",simulated="true"'
-        s = self.stats
-        lines = [
-            "# HELP pd_sim_worker_info The answering worker is pd-sim-worker, a simulator.",
-            "# TYPE pd_sim_worker_info gauge",
-            f'pd_sim_worker_info{{role="{self.config.role}",version="{__version__}"}} 1',
-            "# TYPE sglang:num_running_reqs gauge",
-            f"sglang:num_running_reqs{{{labels}}} {s.running}",
-            "# TYPE sglang:num_queue_reqs gauge",
-            f"sglang:num_queue_reqs{{{labels}}} 0",
-            "# TYPE sglang:prompt_tokens_total counter",
-            f"sglang:prompt_tokens_total{{{labels}}} {s.prompt_tokens_total}",
-            "# TYPE sglang:generation_tokens_total counter",
-            f"sglang:generation_tokens_total{{{labels}}} {s.generation_tokens_total}",
-            "# TYPE sglang:num_requests_total counter",
-            f"sglang:num_requests_total{{{labels}}} {s.requests_total}",
-        ]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        return web.Response(
+            body=self.sglang_metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
     # ---- profiling (SGLang's /start_profile, /stop_profile) -------------------------------
     async def start_profile(self, request: web.Request) -> web.Response:
@@ -291,22 +312,31 @@ class SimWorker:
                 )
             hosts = _as_list(body.get("bootstrap_host"))
             ports = _as_list(body.get("bootstrap_port"))
-            for i, room in enumerate(rooms):
-                host = str(hosts[min(i, len(hosts) - 1)]) if hosts else "127.0.0.1"
-                port = ports[min(i, len(ports) - 1)] if ports else None
-                port = int(port) if port is not None else self.config.bootstrap_port
-                await rendezvous(host, port, int(room), self.config.rendezvous_timeout_s)
+            self.decode_waiting += 1
+            try:
+                for i, room in enumerate(rooms):
+                    host = str(hosts[min(i, len(hosts) - 1)]) if hosts else "127.0.0.1"
+                    port = ports[min(i, len(ports) - 1)] if ports else None
+                    port = int(port) if port is not None else self.config.bootstrap_port
+                    await rendezvous(host, port, int(room), self.config.rendezvous_timeout_s)
+            except RendezvousError:
+                self.sglang_metrics.transfer_failure()
+                raise
+            finally:
+                self.decode_waiting -= 1
         else:
             await asyncio.sleep(self.config.ttft_s)
         return complete(prompt, max_tokens, self.config.canned, ignore_eos)
 
-    async def _paced(self, tokens: tuple[str, ...]) -> AsyncIterator[str]:
+    async def _paced(self, tokens: tuple[str, ...], req: RequestMetrics) -> AsyncIterator[str]:
         for i, token in enumerate(tokens):
             if i:
                 await asyncio.sleep(self.config.tpot_s)
+            req.token()
             yield token
 
-    def _account(self, prompt_tokens: int, output_tokens: int) -> None:
+    def _account(self, req: RequestMetrics, prompt_tokens: int, output_tokens: int) -> None:
+        req.finish(prompt_tokens, output_tokens)
         self.stats.requests_total += 1
         self.stats.prompt_tokens_total += prompt_tokens
         self.stats.generation_tokens_total += output_tokens
@@ -338,6 +368,7 @@ class SimWorker:
         params = body.get("sampling_params") or {}
         max_tokens = _int(params.get("max_new_tokens", 128), "sampling_params.max_new_tokens")
         rid = str(body.get("rid") or uuid.uuid4().hex)
+        req = self.sglang_metrics.request(bool(body.get("stream")))
         self.stats.running += 1
         try:
             started = time.monotonic()
@@ -358,9 +389,9 @@ class SimWorker:
                 return info
 
             if not body.get("stream"):
-                async for _ in self._paced(result.tokens):
+                async for _ in self._paced(result.tokens, req):
                     pass
-                self._account(prompt_tokens, len(result.tokens))
+                self._account(req, prompt_tokens, len(result.tokens))
                 text = "".join(result.tokens)
                 return web.json_response(
                     {
@@ -371,7 +402,7 @@ class SimWorker:
                 )
             response = await self._sse(request)
             text, done = "", 0
-            async for token in self._paced(result.tokens):
+            async for token in self._paced(result.tokens, req):
                 text += token
                 done += 1
                 final = done == len(result.tokens)
@@ -387,7 +418,7 @@ class SimWorker:
                     _event({"text": "", "output_ids": [], "meta_info": meta(0, True), "index": 0})
                 )
             await response.write(b"data: [DONE]\n\n")
-            self._account(prompt_tokens, done)
+            self._account(req, prompt_tokens, done)
             await response.write_eof()
             return response
         finally:
@@ -426,6 +457,7 @@ class SimWorker:
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
         model = str(body.get("model") or self.config.model_name)
+        req = self.sglang_metrics.request(bool(body.get("stream")))
         self.stats.running += 1
         try:
             result = await self._run(body, prompt, prompt_tokens, max_tokens)
@@ -438,9 +470,9 @@ class SimWorker:
                 }
 
             if not body.get("stream"):
-                async for _ in self._paced(result.tokens):
+                async for _ in self._paced(result.tokens, req):
                     pass
-                self._account(prompt_tokens, len(result.tokens))
+                self._account(req, prompt_tokens, len(result.tokens))
                 text = "".join(result.tokens)
                 choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason, "logprobs": None}
                 if chat:
@@ -469,7 +501,7 @@ class SimWorker:
             if chat:
                 await response.write(_event(chunk("", None, first=True)))
             done = 0
-            async for token in self._paced(result.tokens):
+            async for token in self._paced(result.tokens, req):
                 done += 1
                 await response.write(_event(chunk(token, None)))
             await response.write(_event(chunk(None, result.finish_reason)))
@@ -480,7 +512,7 @@ class SimWorker:
                             "choices": [], "usage": usage(done)})
                 )  # fmt: skip
             await response.write(b"data: [DONE]\n\n")
-            self._account(prompt_tokens, done)
+            self._account(req, prompt_tokens, done)
             await response.write_eof()
             return response
         finally:

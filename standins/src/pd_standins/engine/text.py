@@ -24,7 +24,9 @@ _TOKEN_RE = re.compile(r"\s*\S+|\s+$")
 # What the engine answers by default: the validation stage's correctness probe (roles/validation,
 # validation_probe_prompt) gets the answer a working model gives, marked as canned, so the rehearsal
 # runs the lab's probe unchanged. A file or inline JSON adds to it or overrides it.
-BUILTIN_CANNED = {"The capital of France is": " Paris. (canned by the rehearsal engine, not a model's answer)"}
+BUILTIN_CANNED = {
+    "The capital of France is": " Paris. (canned by the rehearsal engine, not a model's answer)"
+}
 
 
 class CannedCompletionsError(ValueError):
