@@ -9,7 +9,7 @@ KERNEL_TEST_DEPS ?= torch==2.13.0 triton==3.9.0
 WHEEL_DIR ?= artifacts/wheels
 SGLANG_WHEEL := $(WHEEL_DIR)/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
 
-.PHONY: venv system rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels clean
+.PHONY: venv system rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels sglang-parser clean
 
 venv: $(BIN)/.pd-installed
 
@@ -40,6 +40,12 @@ wheels: venv
 	  --python-version 3.11 --platform manylinux_2_34_x86_64 -d $(WHEEL_DIR) sglang==0.5.23
 	@ls $(WHEEL_DIR)/nixl_cu13-1.5.1-*.whl >/dev/null 2>&1 || \
 	  $(BIN)/pip download -q --no-deps -d $(WHEEL_DIR) nixl-cu13==1.5.1 nixl==1.5.1
+
+# SGLang's own command-line parser: a venv with the pinned wheel (patched like the lab's) and only
+# what its parser imports (CPU torch), cached under artifacts/sglang-parser by its inputs. The
+# tests that need it (tests/sglang/test_server_args.py) build it on first use; this builds it ahead.
+sglang-parser: venv wheels
+	$(BIN)/python -m pd_appliance.sglang_args venv --wheel $(SGLANG_WHEEL)
 
 lint: venv
 	$(BIN)/ruff check .
