@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -57,7 +58,9 @@ class CmdlineSampler(threading.Thread):
 
 @pytest.fixture
 def rehearsal(tmp_path: Path) -> Iterator[Path]:
-    target = tmp_path / "inventory" / "rehearsal"
+    # A short base: the supervisor socket's path must fit a unix socket (preflight checks it).
+    base = Path(tempfile.mkdtemp(prefix="pdsec-", dir="/tmp"))
+    target = base / "inventory" / "rehearsal"
     shutil.copytree(ROOT / "inventory" / "rehearsal", target)
     names = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
              "serving_router_metrics_port", "serving_supervisor_inet_port", "hub")  # fmt: skip
@@ -72,6 +75,7 @@ def rehearsal(tmp_path: Path) -> Iterator[Path]:
     finally:
         run_playbook("playbooks/day2/stop.yml", target, timeout=300)
         run_playbook("standins/cleanup.yml", target, timeout=120)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _files_holding_secrets(*roots: Path) -> list[str]:
