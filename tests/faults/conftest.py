@@ -44,7 +44,7 @@ class Deployment:
 
     @property
     def start_command(self) -> list[str]:
-        """How the serving role starts supervisord where systemd does not (serving_supervisor_manager=direct)."""
+        """How the serving role starts supervisord without systemd (serving_supervisor_manager=direct)."""
         return [str(Path(sys.executable).parent / "supervisord"), "-c", str(self.conf)]
 
     def programs(self) -> dict[str, dict[str, Any]]:
@@ -54,8 +54,8 @@ class Deployment:
         return programs
 
     def converge(self, *extra: str) -> subprocess.CompletedProcess:
-        result = run_playbook("playbooks/serve.yml", "inventory/rehearsal", "-e", f"@{self.vars_file}", *extra,
-                              timeout=900)  # fmt: skip
+        args = ("-e", f"@{self.vars_file}", *extra)
+        result = run_playbook("playbooks/serve.yml", "inventory/rehearsal", *args, timeout=900)
         with contextlib.suppress(OSError):
             self.programs()
         return result

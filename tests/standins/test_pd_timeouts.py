@@ -6,6 +6,7 @@ killed with SIGKILL the way the fault suite kills them; requests are sent the wa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -157,6 +158,22 @@ def test_a_prefill_back_within_the_heartbeat_leaves_the_room_to_the_waiting_time
             status, text, elapsed = decode_leg.result()
     assert status == 502 and "timed out after 8 s" in text, text
     assert elapsed >= 8.0
+
+
+def test_a_decode_leg_whose_client_left_stops_waiting() -> None:
+    """smg drops the decode leg when the prefill leg fails; SGLang then aborts it, so does the engine."""
+    prefill, decode, bootstrap = _free_port(), _free_port(), _free_port()
+    env = _env(waiting_timeout="60")
+    with _worker("prefill", prefill, bootstrap, env), _worker("decode", decode, bootstrap, env):
+        with contextlib.suppress(TimeoutError, OSError):  # room 17 is never prefilled; gone after 1 s
+            _post(decode, _body(bootstrap, 17), timeout=1.0)
+        deadline = time.monotonic() + 10
+        while True:
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{decode}/metrics", timeout=5).read().decode()
+            if _samples(metrics)["sglang:num_decode_transfer_queue_reqs"] == "0.0":
+                break
+            assert time.monotonic() < deadline, "the abandoned decode leg still waits for its room"
+            time.sleep(0.2)
 
 
 def test_a_bad_variable_names_itself() -> None:

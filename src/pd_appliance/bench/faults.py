@@ -140,7 +140,8 @@ async def _load(
             prompt = f"request {i}: " + "x" * max(spec.prompt_chars - 12, 0)
             payload = build_payload(spec.api, model, prompt, spec.max_tokens, ignore_eos=True)
             record = await stream_request(session, endpoint, payload, spec.request_timeout_s, spec.max_tokens)
-            samples.append(Sample(record.start, record.end, record.error or None))
+            # The client's own end: a cut stream's record ends at its last chunk, before the cut.
+            samples.append(Sample(record.start, time.perf_counter(), record.error or None))
 
         async def fault() -> tuple[float, float]:
             await asyncio.sleep(spec.fault_at_s)

@@ -575,7 +575,10 @@ async def serve(
 ) -> None:
     """Run the HTTP server (and, for the prefill role, the bootstrap listener) until `stop` is set."""
     worker = SimWorker(config)
-    runner = web.AppRunner(worker.app(), access_log=None)
+    # A client that goes away aborts its request, as in SGLang (smg drops the other leg of a pair
+    # whose first leg failed): without it, aiohttp would keep a decode waiting for a room that
+    # will never come until its waiting timeout.
+    runner = web.AppRunner(worker.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
