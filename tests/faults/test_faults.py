@@ -10,13 +10,18 @@ with head room for a loaded 2-core CI machine.
 
 from __future__ import annotations
 
+import asyncio
 import time
+import urllib.request
 from typing import Any
 
 import pytest
+from fault_deployment import Deployment
 
-from conftest import Deployment
+from pd_appliance.bench.client import Endpoint, wait_ready
 from pd_appliance.bench.faults import LoadSpec, kill_program, measure, restart_supervisord
+from pd_appliance.serving.apply import connect
+from pd_appliance.serving.readiness import check
 
 pytestmark = pytest.mark.slow
 
@@ -107,3 +112,23 @@ def test_a_supervisord_restart_brings_the_programs_back_in_order(
     fault_report["supervisord stop + start"]["start_order"] = {
         name: programs[name]["start"] - int(stopped_at[0]) for name in ("prefill", "decode", "router")
     }
+
+
+def test_readiness_says_not_ready_while_no_decode_can_take_a_request(deployment: Deployment) -> None:
+    """smg's own /readiness stays 200 (the worker is within the outage grace); the appliance's
+    readiness (status, and pd-bench's wait that validation uses) says not ready, then ready."""
+    server = connect(deployment.serverurl)
+    endpoint = Endpoint(deployment.router, "dsv4-flash")
+    server.supervisor.stopProcess("pd:decode", True)
+    try:
+        with urllib.request.urlopen(deployment.router + "/readiness", timeout=5) as response:
+            assert response.status == 200  # smg: still "ready"
+        look = check(deployment.router, timeout_s=5)
+        assert not look["ready"] and look["reason"].startswith("no decode answers its health URL")
+        waited = asyncio.run(wait_ready(endpoint, timeout_s=2, interval_s=0.5))
+        assert waited["ready"] is False and "no decode answers its health URL" in waited["last"]
+    finally:
+        server.supervisor.startProcess("pd:decode", False)
+    waited = asyncio.run(wait_ready(endpoint, timeout_s=60, interval_s=0.25))
+    assert waited["ready"] is True, waited
+    assert check(deployment.router, timeout_s=5)["ready"]
