@@ -98,9 +98,14 @@ def test_a_supervisord_restart_brings_the_programs_back_in_order(
     # started once since the reboot.
     assert sorted(programs) == ["decode", "prefill", "router"]
     assert all(p["statename"] in ("STARTING", "RUNNING") for p in programs.values()), programs
-    # In order: supervisord starts the workers (priority 100) before the router (200), and the
+    # In order: supervisord spawns the workers (priority 100) before the router (200), and the
     # router's launcher runs smg only once every worker answers its health URL.
-    assert max(programs["prefill"]["start"], programs["decode"]["start"]) <= programs["router"]["start"]
+    log = (deployment.root / "var/log/pd-appliance/supervisor/supervisord.log").read_text().splitlines()
+    spawned = [line.split("spawned: '")[1].split("'")[0] for line in log if "spawned: '" in line][-3:]
+    assert spawned[-1] == "router" and sorted(spawned[:2]) == ["decode", "prefill"], spawned
+    router_log = (deployment.root / "var/log/pd-appliance/router.log").read_text()
+    after_restart = router_log[router_log.rindex("pd-launch: waiting for") :]
+    assert "smg" in after_restart.split("pd-launch: waiting for", 1)[1], "smg did not start after the wait"
     assert min(p["start"] for p in programs.values()) >= int(stopped_at[0])
     # smg, stopped first, finishes what it accepted while the workers still serve; requests sent
     # while it is down fail at connect, and are answered again once it is back.
