@@ -53,7 +53,8 @@ def router_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         PD_SIM_TPOT_MS=str(SIM_TPOT_MS),
         PD_SIM_CANNED_COMPLETIONS_JSON=json.dumps({"The capital of France is": " Paris."}),
     )
-    sim = [BIN / "pd-sim-worker", "--served-model-name", "dsv4-flash", "--host", "127.0.0.1"]
+    sim = [BIN / "pd-sim-worker", "--model-path", "simulated-model", "--served-model-name", "dsv4-flash",
+           "--host", "127.0.0.1"]  # fmt: skip
     router_args = f"""
         launch --pd-disaggregation --policy round_robin
         --prefill http://127.0.0.1:{prefill} {bootstrap} --decode http://127.0.0.1:{decode}

@@ -2,32 +2,72 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
 
 from pd_appliance.serving.launch import LaunchError, prepare, read_env_file, wait_for
 
+SHOW = """import json, os, sys
+print(json.dumps({"argv": sys.argv, "cmdline": open("/proc/self/cmdline").read().split("\\0"),
+                  "env": sorted(k for k in os.environ if k.startswith(("SERVING_", "PD_LAUNCH")))}))
+"""
 
-def test_env_file_and_secret_arg(tmp_path) -> None:
+
+def _run_launcher(*args: str, cwd: Path | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-m", "pd_appliance.serving.launch", *args], cwd=cwd,
+                         capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def test_secret_flag_reaches_a_console_script_in_process_never_its_command_line(tmp_path) -> None:
     env_file = tmp_path / "router.env"
-    env_file.write_text("# comment\nHF_TOKEN=hf_a=b\nSERVING_ROUTER_API_KEY=k3y with space\n")
-    command, env, _ = prepare(
-        [f"--env-file={env_file}", "--secret-arg=--api-key=SERVING_ROUTER_API_KEY", "--", "smg", "launch"],
-        {"PATH": "/bin"},
+    env_file.write_text("# comment\nHF_TOKEN=hf_a=b\nSERVING_ROUTER_API_KEY=k3y-with-s9ace\n")
+    script = tmp_path / "smg"
+    script.write_text(f"#!{sys.executable}\n{SHOW}")
+    script.chmod(0o755)
+    seen = _run_launcher(f"--env-file={env_file}", "--secret-arg=--api-key=SERVING_ROUTER_API_KEY", "--",
+                         str(script), "launch", "--port", "1")  # fmt: skip
+    assert seen["argv"] == [str(script), "launch", "--port", "1", "--api-key", "k3y-with-s9ace"]
+    assert not any("k3y-with-s9ace" in word for word in seen["cmdline"]), seen["cmdline"]
+    assert seen["env"] == []  # the variable and the shim's own are gone before the program runs
+
+
+def test_secret_flag_reaches_a_python_module_in_process(tmp_path) -> None:
+    env_file = tmp_path / "w.env"
+    env_file.write_text("SERVING_ROUTER_API_KEY=worker-key-42\n")
+    (tmp_path / "showargs.py").write_text(SHOW)
+    seen = _run_launcher(
+        f"--env-file={env_file}",
+        "--secret-arg=--api-key=SERVING_ROUTER_API_KEY",
+        "--",
+        sys.executable,
+        "-m",
+        "showargs",
+        "--host",
+        "h",
+        cwd=tmp_path,  # python -c puts the working directory on sys.path
     )
-    assert command == ["smg", "launch", "--api-key", "k3y with space"]
-    assert env["HF_TOKEN"] == "hf_a=b" and "SERVING_ROUTER_API_KEY" not in env
+    assert seen["argv"][1:] == ["--host", "h", "--api-key", "worker-key-42"]
+    assert not any("worker-key-42" in word for word in seen["cmdline"])
 
 
-def test_unset_secret_adds_no_flag(tmp_path) -> None:
+def test_unset_secret_adds_no_flag_and_a_non_python_program_is_refused(tmp_path) -> None:
     env_file = tmp_path / "e.env"
     env_file.write_text("")
-    command, _, _ = prepare([f"--env-file={env_file}", "--secret-arg=--api-key=K", "--", "smg"], {})
-    assert command == ["smg"]
+    script = tmp_path / "prog"
+    script.write_text(f"#!{sys.executable}\n{SHOW}")
+    script.chmod(0o755)
+    assert _run_launcher(f"--env-file={env_file}", "--secret-arg=--api-key=K", "--", str(script))["argv"] == [
+        str(script)
+    ]
+    with pytest.raises(LaunchError, match="not a Python program"):
+        prepare([f"--env-file={env_file}", "--secret-arg=--api-key=K", "--", "/bin/true"], {})
 
 
 def test_missing_env_file_says_who_writes_it(tmp_path) -> None:

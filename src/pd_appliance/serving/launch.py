@@ -5,8 +5,13 @@
 
 - Reads KEY=value lines from the env file (0600, owned by the service user) into the environment,
   so secrets never appear in the supervisor config or its logs.
-- `--secret-arg FLAG=VAR` appends `FLAG <value of VAR>` for programs that take a secret only as a
-  flag (smg's --api-key has no environment variable). VAR is removed from the child environment.
+- `--secret-arg FLAG=VAR` gives `FLAG <value of VAR>` to programs that take a secret only as a flag
+  (smg 1.13's and SGLang 0.5.23's --api-key have no environment variable or file option: read in
+  smg/router_args.py and sglang/srt/server_args.py). Never on a command line, not even for a moment:
+  both are Python programs, so the launcher execs their Python with a small shim that appends the
+  flag to sys.argv inside the process and then runs the program (a console script by path, or
+  `python -m module`); /proc/<pid>/cmdline shows the shim, not the secret. VAR leaves the environment
+  before the program's own code runs.
 - `--wait-for URL` holds the start until every URL answers 2xx (the router waits for both workers'
   health), printing progress; on timeout it exits 1 and supervisor's backoff retries.
 - Then it execs COMMAND, so supervisor signals (and stopasgroup kills) the real process.
@@ -47,19 +52,58 @@ def read_env_file(path: str) -> dict[str, str]:
     return env
 
 
-def secret_args(specs: Sequence[str], env: dict[str, str]) -> list[str]:
-    """Turn `--flag=VAR` specs into `--flag value` words, consuming VAR from env; unset VAR adds nothing."""
-    words: list[str] = []
+# Runs inside the program's own interpreter: take the secret flags from the environment, append them to
+# sys.argv, drop the variables, then run the program as its console script or `-m` module would.
+IN_PROCESS_SHIM = (
+    "import os, runpy, sys\n"
+    "specs = os.environ.pop('PD_LAUNCH_SECRET_ARGS', '').split()\n"
+    "kind, target = sys.argv[1], sys.argv[2]\n"
+    "extra = []\n"
+    "for spec in specs:\n"
+    "    flag, _, var = spec.partition('=')\n"
+    "    value = os.environ.pop(var, '')\n"
+    "    if value:\n"
+    "        extra += [flag, value]\n"
+    "sys.argv = [target] + sys.argv[3:] + extra\n"
+    "if kind == '-m':\n"
+    "    runpy.run_module(target, run_name='__main__', alter_sys=True)\n"
+    "else:\n"
+    "    runpy.run_path(target, run_name='__main__')\n"
+)
+
+
+def python_of(command: Sequence[str]) -> str | None:
+    """The interpreter of a Python program: `python -m mod ...`, or a console script's shebang."""
+    if len(command) >= 3 and command[1] == "-m" and "python" in Path(command[0]).name:
+        return command[0]
+    try:
+        with Path(command[0]).open("rb") as handle:
+            first = handle.readline(512)
+    except OSError:
+        return None
+    if first.startswith(b"#!") and b"python" in first:
+        return first[2:].decode().strip().split()[0]
+    return None
+
+
+def in_process_secrets(command: Sequence[str], specs: Sequence[str], env: dict[str, str]) -> list[str]:
+    """Rewrite `command` so its Python receives the secret flags in-process (see IN_PROCESS_SHIM)."""
     for spec in specs:
         flag, sep, var = spec.partition("=")
         if not sep or not flag.startswith("-") or not var:
             raise LaunchError(
                 f"--secret-arg {spec!r}: expected FLAG=VARIABLE, e.g. --api-key=SERVING_API_KEY"
             )
-        value = env.pop(var, "")
-        if value:
-            words += [flag, value]
-    return words
+    python = python_of(command)
+    if python is None:
+        raise LaunchError(
+            f"{command[0]} is not a Python program (no python -m, no python shebang): a secret flag cannot "
+            f"be handed to it without putting it on its command line"
+        )
+    env["PD_LAUNCH_SECRET_ARGS"] = " ".join(specs)
+    if command[1:2] == ["-m"]:
+        return [python, "-c", IN_PROCESS_SHIM, "-m", command[2], *command[3:]]
+    return [python, "-c", IN_PROCESS_SHIM, "-path", str(command[0]), *command[1:]]
 
 
 def _probe(url: str, timeout_s: float) -> str | None:
@@ -118,7 +162,8 @@ def prepare(
     env = dict(environ)
     for path in args.env_file:
         env.update(read_env_file(path))
-    command += secret_args(args.secret_arg, env)
+    if args.secret_arg:
+        command = in_process_secrets(command, args.secret_arg, env)
     return command, env, args
 
 

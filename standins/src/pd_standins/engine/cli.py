@@ -1,9 +1,16 @@
 """pd-sim-worker: start a simulated SGLang worker (the rehearsal engine).
 
-It takes the same flags the serving role gives `python -m sglang.launch_server`, so the rehearsal
-swaps only the engine command. SGLang flags that change nothing in a simulation are accepted and
-listed once at start-up. Simulator knobs are --sim-* flags or PD_SIM_* environment variables
-(env hooks set the latter, so the rehearsal inventory needs no extra flags).
+It takes the same command line as `python -m sglang.launch_server` and refuses what SGLang 0.5.23
+refuses: an unknown or misspelt flag, a value outside a flag's choices, a missing value or
+required flag, a bad number. Refusals exit with status 2 and argparse's message naming the flag,
+as SGLang's parser does. The flags come from sglang_flags.json (package data: SGLang's flags as
+data, derived from its real parser by `python -m pd_appliance.sglang_args flags`; CI regenerates
+it from the wheel and fails on drift), so the parser here is shaped like SGLang's: the same option
+strings, arities, choices and abbreviations. The flags the simulation uses are honoured; the
+others are accepted and listed once at start-up.
+
+Simulator knobs are --sim-* flags (exact names only, taken out before SGLang's flags are parsed)
+or PD_SIM_* environment variables (env hooks set the latter, so the rehearsal needs no extra flags).
 """
 
 from __future__ import annotations
@@ -11,18 +18,147 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import os
+import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import resources
+from typing import Any
 
 from pd_standins.engine import SIMULATOR_BANNER
 from pd_standins.engine.bootstrap import PdTimeouts
-from pd_standins.engine.server import ROLES, SimConfig, serve
+from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions, CannedCompletionsError
 
 log = logging.getLogger("pd_sim_worker")
+
+PROG = "pd-sim-worker"
+FLAG_TABLE = "sglang_flags.json"
+# SGLang flags the simulation reads (by argparse dest) -> the default when absent. The defaults
+# are SGLang's (tests/sglang/test_server_args.py checks them against the real parser), except
+# context_length and max_running_requests, which SGLang derives from the model and the GPU.
+HONOURED: dict[str, Any] = {
+    "model_path": None,
+    "served_model_name": None,
+    "tp_size": 1,
+    "host": "127.0.0.1",
+    "port": 30000,
+    "disaggregation_mode": "null",
+    "disaggregation_bootstrap_port": 8998,
+    "api_key": None,
+    "context_length": 65536,
+    "max_running_requests": 256,
+    "enable_metrics": False,
+}
+
+
+def human_readable_int(value: str) -> int:
+    """SGLang's --context-length type: an int, or one with an SI (k, M, G, T; decimals allowed)
+    or IEC (Ki, Mi, Gi, Ti) suffix, as its help documents: '128k' -> 128000, '1Ki' -> 1024."""
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
+    if not match:
+        return int(value)
+    number, suffix = match.groups()
+    if suffix.endswith("i"):
+        if "." in number:
+            raise argparse.ArgumentTypeError(f"Decimals are not allowed with IEC suffixes like '{suffix}'.")
+        return int(number) * 2 ** (10 * ("KMGT".index(suffix[0]) + 1))
+    return int(float(number) * 10 ** (3 * ("kMGT".index(suffix) + 1)))
+
+
+def _json(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {value!r} ({exc})") from exc
+
+
+def _json_object(value: str) -> Any:
+    parsed = _json(value)
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+# The table's type names (SGLang's converter functions) -> a converter that refuses what they
+# refuse. A name missing here converts as str; tests/standins fail when the table has one.
+TYPES: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "nullable_str": str,
+    "human_readable_int": human_readable_int,
+    "loads": _json,
+    "json_list_type": _json,
+    "parse_cuda_graph_config_arg": _json_object,
+    "parse_cuda_graph_backend_arg": str,
+}
+
+
+@functools.cache
+def load_flag_table() -> dict[str, Any]:
+    """SGLang's flags as data (package data of pd_standins)."""
+    return json.loads(resources.files(__package__).joinpath(FLAG_TABLE).read_text())
+
+
+class _Ignored(argparse.Action):
+    """An SGLang flag the simulation does not read: accepted (after argparse's own checks of
+    arity, type and choices) and remembered with its values for the start-up log."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        given = [] if self.nargs == 0 else values if isinstance(values, list) else [values]
+        namespace.sim_ignored.extend([option_string or self.dest, *map(str, given)])
+
+
+def _add_flag(group: Any, flag: dict[str, Any]) -> None:
+    options, kind, nargs = flag["options"], flag["kind"], flag["nargs"]
+    if kind == "help":
+        group.add_argument(*options, action="help", help="show this help and exit")
+        return
+    honoured = flag["dest"] in HONOURED
+    spec: dict[str, Any] = {"dest": flag["dest"], "required": flag["required"], "help": argparse.SUPPRESS}
+    if honoured:
+        spec["help"] = "honoured"
+        spec["action"] = "store_true" if nargs == 0 else "store"
+    else:
+        spec["action"] = _Ignored
+        spec["default"] = argparse.SUPPRESS
+    if nargs == 0:
+        if not honoured:
+            spec["nargs"] = 0
+        group.add_argument(*options, **spec)
+        return
+    if nargs is not None:
+        spec["nargs"] = nargs
+    spec["type"] = TYPES.get(flag["type"] or "str", str)
+    if flag["choices"] is not None:
+        spec["choices"] = flag["choices"]
+    group.add_argument(*options, **spec)
+
+
+def sglang_parser(table: dict[str, Any] | None = None) -> argparse.ArgumentParser:
+    """An argparse parser shaped like SGLang's: same options, arities, types, choices, abbreviations."""
+    table = table or load_flag_table()
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=f"Rehearsal engine: takes SGLang {table['sglang_version']}'s command line "
+        "(no GPU, no model; output is canned or filler).",
+        allow_abbrev=table["allow_abbrev"],
+        prefix_chars=table["prefix_chars"],
+        add_help=False,
+        epilog=sim_parser().format_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    group = p.add_argument_group(f"SGLang {table['sglang_version']} flags (the simulation reads those shown)")
+    for flag in table["flags"]:
+        _add_flag(group, flag)
+    p.set_defaults(**HONOURED)
+    return p
 
 
 def _env_float(name: str, default: float) -> float:
@@ -32,26 +168,12 @@ def _env_float(name: str, default: float) -> float:
     try:
         return float(raw)
     except ValueError:
-        sys.exit(f"pd-sim-worker: {name}={raw!r} is not a number")
+        sys.exit(f"{PROG}: {name}={raw!r} is not a number")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="pd-sim-worker",
-        description="Simulated SGLang worker for rehearsals (no GPU, no model; output is canned or filler).",
-    )
-    sg = p.add_argument_group("SGLang flags the simulator honours")
-    sg.add_argument("--model-path", default="simulated-model")
-    sg.add_argument("--served-model-name", default=None)
-    sg.add_argument("--tp-size", "--tp", type=int, default=1)
-    sg.add_argument("--host", default="127.0.0.1")
-    sg.add_argument("--port", type=int, default=30000)
-    sg.add_argument("--disaggregation-mode", choices=ROLES, default="null")
-    sg.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
-    sg.add_argument("--api-key", default=None)
-    sg.add_argument("--context-length", type=int, default=65536)
-    sg.add_argument("--max-running-requests", type=int, default=256)
-    sg.add_argument("--enable-metrics", action="store_true")
+def sim_parser() -> argparse.ArgumentParser:
+    """The simulator's own knobs. Exact names only, so they never abbreviate an SGLang flag."""
+    p = argparse.ArgumentParser(prog=PROG, add_help=False, allow_abbrev=False)
     sim = p.add_argument_group("simulator knobs (flag, else PD_SIM_* environment variable)")
     sim.add_argument("--sim-ttft-ms", type=float, default=_env_float("PD_SIM_TTFT_MS", 40.0),
                      help="simulated prefill time per request (PD_SIM_TTFT_MS, default 40)")  # fmt: skip
@@ -82,15 +204,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The --sim-* knobs first, then everything else exactly as SGLang's parser would (exit 2 on
+    a refusal). Both land in one namespace; `sim_ignored` lists the flags not simulated."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    knobs, rest = sim_parser().parse_known_args(argv)
+    args = sglang_parser().parse_args(rest, namespace=argparse.Namespace(sim_ignored=[]))
+    for key, value in vars(knobs).items():
+        setattr(args, key, value)
+    return args
+
+
 def config_from_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, list[str]]:
     """Parse argv into a SimConfig; return it with the SGLang flags that were accepted but not simulated."""
-    args, ignored = build_parser().parse_known_args(argv)
+    args = parse_args(argv)
     try:
         canned = CannedCompletions.load(
             args.sim_canned_completions, os.environ.get("PD_SIM_CANNED_COMPLETIONS_JSON") or None
         )
     except CannedCompletionsError as exc:
-        sys.exit(f"pd-sim-worker: {exc}")
+        sys.exit(f"{PROG}: {exc}")
     config = SimConfig(
         role=args.disaggregation_mode,
         host=args.host,
@@ -113,7 +246,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, list
         profile_dir=args.sim_profile_dir,
         canned=canned,
     )
-    return config, ignored
+    return config, list(args.sim_ignored)
 
 
 async def _main(config: SimConfig) -> None:

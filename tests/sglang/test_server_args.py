@@ -1,0 +1,298 @@
+"""SGLang 0.5.23's own parser decides: every rendered worker command line, the derived files.
+
+A venv with the real wheel (patched like the lab's; CPU torch; only what the parser imports) is
+built once under artifacts/sglang-parser and reused while its inputs stay the same. The serving
+role renders the shipped lab layout, a two-host variant and a misspelt decode flag with
+--tags serving_render (GPU facts given as NVML-shaped data); the worker commands are read back
+from conf.d and parsed by `sglang.srt.server_args.prepare_server_args`, the function
+`python -m sglang.launch_server` calls, and by the rehearsal engine, which must agree.
+
+Validation variants change env hooks only (roles/validation: validation_variants[*].env_hooks),
+so their command lines are the deployed ones checked here; their hook names are checked by
+preflight (test_server_args_env.py). A later launch-flag variant reuses `check_rendered` below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import io
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from sglang_testlib import SERIES_DIR, SGLANG_VERSION
+from supervisor.datatypes import dict_of_key_value_pairs
+from supervisor.options import UnhosedConfigParser
+
+from pd_appliance.sglang_args import derived, rendered
+from pd_appliance.sglang_args.parser_venv import ParserVenvInputs, ensure_parser_venv
+from pd_appliance.sglang_args.real import RealSGLang, Verdict
+from pd_appliance.sglang_args.registry import EnvRegistry, env_name_errors
+from pd_standins.engine import cli as engine_cli
+from pd_standins.gpus import simulated_gpu
+from pd_testlib import ROOT, run_playbook
+
+pytestmark = pytest.mark.slow
+
+LAB_GPUS = [dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False) for i in range(8)]
+CONF_D = "etc/pd-appliance/supervisor/conf.d"
+MISSPELT = "--cuda-graph-max-bs-deocde"
+# What the engine simulates, compared with what SGLang parsed from the same command line.
+ENGINE_FIELDS = {
+    "model_path": "model_path", "served_model_name": "served_model_name", "tp_size": "tp_size",
+    "host": "host", "port": "port", "disaggregation_mode": "role",
+    "disaggregation_bootstrap_port": "bootstrap_port", "enable_metrics": "enable_metrics",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def real(sglang_wheel: Path) -> RealSGLang:
+    inputs = ParserVenvInputs(
+        wheel=sglang_wheel,
+        requirements=ROOT / f"files/sglang/{SGLANG_VERSION}/parser-requirements.txt",
+        series_dir=SERIES_DIR,
+        sglang_version=SGLANG_VERSION,
+    )
+    return RealSGLang(ensure_parser_venv(inputs, ROOT / "artifacts" / "sglang-parser"))
+
+
+def _render_vars(root: Path | None, **extra: object) -> dict:
+    owner = pwd.getpwuid(os.getuid()).pw_name
+    group = grp.getgrgid(os.getgid()).gr_name
+    out = {
+        "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
+        "pd_gpus": LAB_GPUS, "serving_render_only": True, "serving_supervisor_manager": "direct",
+        "serving_config_owner": owner, "serving_config_group": group, "serving_secrets_owner": owner,
+        "serving_supervisor_socket_owner": owner, "serving_router_api_key": "router-key",
+        "serving_worker_require_api_key": True, **extra,
+    }  # fmt: skip
+    if root is not None:
+        out["appliance_root"] = str(root)
+    return out
+
+
+def _render(inventory: Path, variables: dict, tmp: Path) -> None:
+    extra = tmp / "vars.json"
+    extra.write_text(json.dumps(variables))
+    result = run_playbook(
+        "playbooks/serve.yml", inventory, "--tags", "serving_render", "-e", f"@{extra}", timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def _workers(*roots: Path) -> dict[str, rendered.EngineCommand]:
+    found = {}
+    for root in roots:
+        for conf in sorted((root / CONF_D).glob("*.conf")):
+            for command in rendered.engine_commands(conf):
+                found[f"{root.name}/{command.program}"] = command
+    return found
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """inventory/lab as shipped, with every switch the serving role turns into a flag or hook set."""
+    root = tmp_path_factory.mktemp("lab") / "root"
+    switches = {
+        "serving_sglang_sm120_flashmla_backend": "triton", "serving_sglang_tilelang_indexer": True,
+        "serving_sglang_paged_mqa_logits_torch": True, "serving_context_length": "128k",
+        "serving_max_running_requests": 64, "serving_chunked_prefill_size": 8192,
+        "serving_prefill_cuda_graph_max_bs": 8,
+    }  # fmt: skip
+    # serving_advertise_host: the host's address (a declared stand-in), as the lab host's would be.
+    variables = _render_vars(root, serving_advertise_host="192.0.2.10", **switches)
+    _render(ROOT / "inventory/lab", variables, tmp_path_factory.mktemp("labvars"))
+    return root
+
+
+def _host(address: str, root: Path, role: str) -> dict:
+    """One host of the two-host layout: its address (advertised too) and TP4 on GPUs 0-3."""
+    return {"ansible_host": address, "serving_advertise_host": address, "appliance_root": str(root),
+            f"serving_{role}_gpus": [0, 1, 2, 3]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The lab's two-host variant: prefill (and router) on one host, decode on another, KV by
+    network; CUDA graphs off and an IB device, so the other flag branches are rendered too."""
+    base = tmp_path_factory.mktemp("twohost")
+    inventory = base / "inventory"
+    shutil.copytree(ROOT / "inventory/lab/group_vars", inventory / "group_vars")
+    hosts = {
+        "pd_appliance": {
+            "children": {
+                "prefill": {"hosts": {"gpu-prefill-01": None}},
+                "decode": {"hosts": {"gpu-decode-01": None}},
+                "router": {"hosts": {"gpu-prefill-01": None}},
+            },
+            "hosts": {
+                "gpu-prefill-01": _host("192.0.2.11", base / "prefill", "prefill"),
+                "gpu-decode-01": _host("192.0.2.12", base / "decode", "decode"),
+            },
+            "vars": {"serving_worker_bind_host": "0.0.0.0", "serving_ucx_net_devices": "mlx5_0:1",
+                     "serving_ib_device": "mlx5_0", "serving_cuda_graph": False},
+        }
+    }  # fmt: skip
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    _render(inventory / "hosts.yml", _render_vars(None), base)
+    return base
+
+
+def check_rendered(real: RealSGLang, commands: dict[str, rendered.EngineCommand]) -> dict[str, Verdict]:
+    """SGLang's verdict on each rendered worker command (one process for all of them)."""
+    labels = sorted(commands)
+    verdicts = real.parse([commands[k].argv for k in labels], fields=list(ENGINE_FIELDS))
+    return dict(zip(labels, verdicts, strict=True))
+
+
+def _engine_refusal(argv: list[str]) -> tuple[int, str]:
+    """The rehearsal engine's parse of argv, in-process: (exit status, stderr); (0, '') accepts."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            engine_cli.config_from_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0), err.getvalue()
+    return 0, err.getvalue()
+
+
+def _error_line(message: str) -> str:
+    """argparse's error, without the program name (sglang serve / pd-sim-worker)."""
+    line = next(x for x in message.splitlines() if ": error: " in x)
+    return line.split(": error: ", 1)[1]
+
+
+def test_lab_and_two_host_commands_pass_sglangs_parser_and_the_engine_reads_them_alike(
+    real: RealSGLang, lab: Path, two_hosts: Path
+) -> None:
+    commands = _workers(lab, two_hosts / "prefill", two_hosts / "decode")
+    assert sorted(commands) == ["decode/decode", "prefill/prefill", "root/decode", "root/prefill"]
+    assert all(c.engine[1:] == ["-m", "sglang.launch_server"] for c in commands.values())
+    assert "--disable-cuda-graph" in commands["decode/decode"].argv  # the deprecated spelling SGLang keeps
+    assert "--api-key" in commands["root/prefill"].argv  # the launcher's secret flag, as SGLang sees it
+    for label, verdict in check_rendered(real, commands).items():
+        assert verdict.ok, f"SGLang {SGLANG_VERSION} refuses {commands[label].label()}: {verdict.message}"
+        config, _ = engine_cli.config_from_args(commands[label].argv)
+        engine = {field: getattr(config, attr) for field, attr in ENGINE_FIELDS.items()}
+        assert engine == verdict.values, label
+
+
+def test_a_misspelt_flag_is_refused_by_sglang_and_by_the_rehearsal_engine(
+    real: RealSGLang, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root = tmp_path_factory.mktemp("misspelt") / "root"
+    variables = _render_vars(
+        root, serving_advertise_host="192.0.2.10", serving_decode_extra_args=[MISSPELT, "16"]
+    )
+    _render(ROOT / "inventory/lab", variables, tmp_path_factory.mktemp("misspeltvars"))
+    commands = _workers(root)
+    verdicts = check_rendered(real, commands)
+    decode, prefill = verdicts["root/decode"], verdicts["root/prefill"]
+    assert prefill.ok
+    assert not decode.ok and decode.exit_code == 2
+    assert f"unrecognized arguments: {MISSPELT} 16" in decode.message
+    # The engine as supervisord starts it in a rehearsal: its own process, the rendered argv.
+    engine = subprocess.run(
+        [sys.executable, "-m", "pd_standins.engine.cli", *commands["root/decode"].argv],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert engine.returncode == 2, engine.stderr
+    assert _error_line(engine.stderr) == _error_line(decode.message)
+    # The CLI a later change (launch-flag variants) reuses says the same and exits 1.
+    cli = subprocess.run(
+        [sys.executable, "-m", "pd_appliance.sglang_args", "check", "--python", str(real.python),
+         str(root / CONF_D / "decode.conf"), str(root / CONF_D / "prefill.conf")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    assert "REFUSED" in cli.stdout and MISSPELT in cli.stdout and "accepted 1 of 2" in cli.stdout
+
+
+# argv -> what it exercises. SGLang and the engine must accept and refuse alike, same message.
+CORPUS = {
+    "plain": ["--model-path", "m"],
+    "aliases and = form": ["--model=m", "--tensor-parallel-size=2", "--port=31000"],
+    "unique abbreviation": ["--model-path", "m", "--disaggregation-transfer", "nixl"],
+    "ambiguous abbreviation": ["--model-path", "m", "--enable-metric"],
+    "unknown flag": ["--model-path", "m", "--enable-metircs"],
+    "bad choice": ["--model-path", "m", "--disaggregation-mode", "both"],
+    "bad int choice": ["--model-path", "m", "--log-requests-level", "7"],
+    "missing value": ["--model-path", "m", "--tp-size"],
+    "value that is a flag": ["--model-path", "m", "--host", "--port", "1"],
+    "missing required flag": ["--tp-size", "4"],
+    "bad int": ["--model-path", "m", "--tp-size", "four"],
+    "bad float": ["--model-path", "m", "--mem-fraction-static", "most"],
+    "human int": ["--model-path", "m", "--context-length", "128k"],
+    "bad human int": ["--model-path", "m", "--context-length", "12x"],
+    "bad JSON": ["--model-path", "m", "--default-chat-template-kwargs", "{bad"],
+    "several values": ["--model-path", "m", "--cuda-graph-bs-decode", "1", "2", "4"],
+    "several values, none given": ["--model-path", "m", "--cuda-graph-bs-decode"],
+    "boolean optional": ["--model-path", "m", "--no-enable-tf32-matmul"],
+    "deprecated flags": ["--model-path", "m", "--disable-cuda-graph", "--enable-dp-attention"],
+    "deprecated flag with a choice": ["--model-path", "m", "--monokernel-backend", "nvidia"],
+    "stray positional": ["--model-path", "m", "extra"],
+}
+
+# Refused by a converter function whose message SGLang words itself; the engine names the flag.
+WORDED_DIFFERENTLY = {"bad human int", "bad JSON"}
+
+
+def test_engine_accepts_and_refuses_what_sglang_does(real: RealSGLang) -> None:
+    labels = sorted(CORPUS)
+    verdicts = real.parse([CORPUS[k] for k in labels])
+    assert sum(v.ok for v in verdicts) >= 6 and sum(not v.ok for v in verdicts) >= 10
+    for label, verdict in zip(labels, verdicts, strict=True):
+        status, message = _engine_refusal(CORPUS[label])
+        assert status == (verdict.exit_code if not verdict.ok else 0), (label, verdict.message, message)
+        if verdict.ok:
+            continue
+        ours, theirs = _error_line(message), _error_line(verdict.message)
+        if label in WORDED_DIFFERENTLY:  # a converter's own words: the same flag is named
+            ours, theirs = ours.split(": ", 1)[0], theirs.split(": ", 1)[0]
+        assert ours == theirs, label
+
+
+def test_engine_flag_table_is_the_wheels(real: RealSGLang) -> None:
+    committed = ROOT / derived.FLAG_TABLE_PATH
+    regenerated = derived.dumps(derived.flag_table_document(real))
+    assert regenerated == committed.read_text(), (
+        f"{committed} drifted from the SGLang {SGLANG_VERSION} wheel: run "
+        f"`python -m pd_appliance.sglang_args flags` and commit the result"
+    )
+
+
+def test_environ_registry_is_the_wheels(real: RealSGLang) -> None:
+    committed = ROOT / derived.ENVIRON_NAMES_PATH.format(version=SGLANG_VERSION)
+    regenerated = derived.dumps(derived.environ_names_document(real, ROOT))
+    assert regenerated == committed.read_text(), (
+        f"{committed} drifted from the SGLang {SGLANG_VERSION} wheel (or the patch series): run "
+        f"`python -m pd_appliance.sglang_args environ-names` and commit the result"
+    )
+
+
+def test_rendered_env_hooks_are_names_sglang_reads(lab: Path, two_hosts: Path) -> None:
+    """The hooks the serving role renders itself (defaults, role-only switches) pass the registry."""
+    registry = EnvRegistry.load(ROOT / derived.ENVIRON_NAMES_PATH.format(version=SGLANG_VERSION))
+    sources: dict[str, list[str]] = {}
+    for root in (lab, two_hosts / "prefill", two_hosts / "decode"):
+        for env_file in sorted((root / "etc/pd-appliance/serving").glob("*.env")):
+            sources[str(env_file)] = [
+                line.split("=", 1)[0] for line in env_file.read_text().splitlines() if "=" in line
+            ]
+        for conf in sorted((root / CONF_D).glob("*.conf")):
+            parser = UnhosedConfigParser()
+            parser.read_string(conf.read_text())
+            for section in parser.sections():
+                if parser.has_option(section, "environment"):
+                    env = dict_of_key_value_pairs(parser.get(section, "environment") % {})
+                    sources[f"{conf} [{section}]"] = list(env)
+    names = {n for found in sources.values() for n in found if n.startswith("SGLANG_")}
+    assert {"SGLANG_SM120_FLASHMLA_BACKEND", "SGLANG_OPT_USE_TILELANG_INDEXER"} <= names
+    assert env_name_errors("lab", sources, registry) == []
