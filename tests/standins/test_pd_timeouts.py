@@ -36,8 +36,9 @@ def _free_port() -> int:
 
 @contextmanager
 def _worker(role: str, port: int, bootstrap: int, env: dict[str, str]) -> Iterator[subprocess.Popen]:
-    argv = [WORKER, "--served-model-name", "dsv4-flash", "--port", str(port), "--enable-metrics",
-            "--disaggregation-mode", role, "--disaggregation-bootstrap-port", str(bootstrap)]  # fmt: skip
+    argv = [WORKER, "--model-path", "m", "--served-model-name", "dsv4-flash", "--port", str(port),
+            "--enable-metrics", "--disaggregation-mode", role,
+            "--disaggregation-bootstrap-port", str(bootstrap)]  # fmt: skip
     proc = subprocess.Popen(
         argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
     )
@@ -88,11 +89,11 @@ def test_the_cli_reads_sglangs_variables_with_sglangs_floors(monkeypatch) -> Non
                             heartbeat_max_failure="0").items():  # fmt: skip
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("PD_SIM_RENDEZVOUS_TIMEOUT_S", raising=False)
-    config, _ = config_from_args(["--disaggregation-mode", "decode"])
+    config, _ = config_from_args(["--model-path", "m", "--disaggregation-mode", "decode"])
     assert config.pd == PdTimeouts(120.0, 2.0, 1)  # SGLang's floors: interval 2 s, 1 failure
     assert config.rendezvous_timeout_s == 90.0  # the decode's wait is the waiting timeout
     monkeypatch.setenv("PD_SIM_RENDEZVOUS_TIMEOUT_S", "7")
-    assert config_from_args([])[0].rendezvous_timeout_s == 7.0
+    assert config_from_args(["--model-path", "m"])[0].rendezvous_timeout_s == 7.0
     assert PdTimeouts() == PdTimeouts(300.0, 5.0, 2)  # SGLang 0.5.23's defaults (srt/environ.py)
 
 
