@@ -23,6 +23,8 @@ from fault_deployment import Deployment
 
 from pd_testlib import free_ports
 
+API_KEY = "fault-suite-router-key"
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -65,10 +67,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Deployment:
         "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
         "serving_prefill_port": prefill, "serving_decode_port": decode, "serving_bootstrap_port": bootstrap,
         "serving_router_port": router, "serving_router_metrics_port": metrics,
+        # The router's API key (the lab generates one on the controller): clients and readiness send it.
+        "serving_router_api_key": API_KEY,
     }  # fmt: skip
     vars_file = base / "vars.json"
     vars_file.write_text(json.dumps(variables))
-    dep = Deployment(root, vars_file, f"http://127.0.0.1:{router}")
+    dep = Deployment(root, vars_file, f"http://127.0.0.1:{router}", API_KEY)
     try:
         first = dep.converge()
         assert first.returncode == 0, first.stdout[-5000:]

@@ -20,6 +20,7 @@ class Deployment:
     root: Path
     vars_file: Path
     router: str
+    api_key: str
     seen_pids: set[int] = field(default_factory=set)
 
     @property
@@ -49,12 +50,12 @@ class Deployment:
         return result
 
     def ready(self) -> bool:
-        return bool(check(self.router, timeout_s=5)["ready"])
+        return bool(check(self.router, self.api_key, timeout_s=5)["ready"])
 
     def wait_ready(self, timeout_s: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while True:
-            result = check(self.router, timeout_s=5)
+            result = check(self.router, self.api_key, timeout_s=5)
             if result["ready"] or time.monotonic() > deadline:
                 return result
             time.sleep(0.25)

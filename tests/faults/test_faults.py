@@ -38,7 +38,7 @@ HOST_BOUND_S = 30.0
 def _run(dep: Deployment, report: dict[str, Any], name: str, inject, spec: LoadSpec = LOAD) -> dict[str, Any]:
     before = dep.wait_ready(60)
     assert before["ready"], f"not ready before the fault: {before}"
-    result = measure(dep.router, "dsv4-flash", spec, inject, dep.ready)
+    result = measure(dep.router, "dsv4-flash", spec, inject, dep.ready, dep.api_key)
     report[name] = {k: v for k, v in result.items() if k != "timeline"} | {"timeline": result["timeline"]}
     summary = {k: v for k, v in result.items() if k not in ("timeline", "load")}
     print(f"{name}: {summary}")
@@ -123,12 +123,12 @@ def test_readiness_says_not_ready_while_no_decode_can_take_a_request(deployment:
     """smg's own /readiness stays 200 (the worker is within the outage grace); the appliance's
     readiness (status, and pd-bench's wait that validation uses) says not ready, then ready."""
     server = connect(deployment.serverurl)
-    endpoint = Endpoint(deployment.router, "dsv4-flash")
+    endpoint = Endpoint(deployment.router, "dsv4-flash", deployment.api_key)
     server.supervisor.stopProcess("pd:decode", True)
     try:
         with urllib.request.urlopen(deployment.router + "/readiness", timeout=5) as response:
             assert response.status == 200  # smg: still "ready"
-        look = check(deployment.router, timeout_s=5)
+        look = check(deployment.router, deployment.api_key, timeout_s=5)
         assert not look["ready"] and look["reason"].startswith("no decode answers its health URL")
         waited = asyncio.run(wait_ready(endpoint, timeout_s=2, interval_s=0.5))
         assert waited["ready"] is False and "no decode answers its health URL" in waited["last"]
@@ -136,4 +136,4 @@ def test_readiness_says_not_ready_while_no_decode_can_take_a_request(deployment:
         server.supervisor.startProcess("pd:decode", False)
     waited = asyncio.run(wait_ready(endpoint, timeout_s=60, interval_s=0.25))
     assert waited["ready"] is True, waited
-    assert check(deployment.router, timeout_s=5)["ready"]
+    assert check(deployment.router, deployment.api_key, timeout_s=5)["ready"]

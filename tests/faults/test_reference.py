@@ -50,7 +50,7 @@ def test_issue_15_settings_lose_the_requests_after_a_decode_kill(
         assert deployment.wait_ready(60)["ready"]
         spec = LoadSpec(rate_rps=16, duration_s=25, fault_at_s=3, max_tokens=48, request_timeout_s=120)
         kill = lambda: kill_program(deployment.serverurl, "decode")  # noqa: E731
-        r = measure(deployment.router, "dsv4-flash", spec, kill, deployment.ready)
+        r = measure(deployment.router, "dsv4-flash", spec, kill, deployment.ready, deployment.api_key)
         fault_report["reference: SIGKILL pd:decode, issue 15's smg settings"] = r
         assert r["failed_after"] > 0  # the breaker's unretried 503s
     finally:
@@ -73,7 +73,7 @@ def test_an_outage_longer_than_the_grace_is_not_ridden_out(
             return at
 
         spec = LoadSpec(rate_rps=8, duration_s=40, fault_at_s=3, max_tokens=48, request_timeout_s=120)
-        r = measure(deployment.router, "dsv4-flash", spec, outage, deployment.ready)
+        r = measure(deployment.router, "dsv4-flash", spec, outage, deployment.ready, deployment.api_key)
         fault_report["reference: pd:decode stopped 20 s, outage grace 4 s"] = r
         assert r["failed_after"] > 0 and "HTTP 503" in r["errors"]
     finally:
