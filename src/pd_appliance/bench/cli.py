@@ -4,8 +4,9 @@
     pd-bench report run.json [more variants...] --threshold 1=10 --threshold 16=25 --out-dir report/
     pd-bench plot report/report.json
 
-`run` exits 2 when the correctness probe fails; `report` exits 1 when a gate fails (after the
-report is written).
+`run` exits 2 when the correctness probe fails and 1 when a level's error rate exceeds
+--max-error-rate (default 0: any failed request); `report` exits 1 when a gate fails (after the
+report is written). 3 is a usage or input error.
 """
 
 from __future__ import annotations
@@ -30,6 +31,32 @@ from pd_appliance.bench.report import (
 )
 from pd_appliance.bench.runner import ProbeSpec, measure_sync, plan_from_lists
 from pd_appliance.bench.workload import WorkloadError
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction of requests from 0 to 1 (0.05 = 5 %), got {text!r}"
+        )
+    return value
+
+
+def error_rate_failures(result: dict[str, Any], max_error_rate: float) -> list[str]:
+    """One line per measured level whose failed share exceeds `max_error_rate` (no requests: 100 %)."""
+    failures = []
+    for phase in result.get("phases") or []:
+        requests, errors = int(phase["requests"]), int(phase["errors"])
+        rate = errors / requests if requests else 1.0
+        if rate > max_error_rate:
+            failures.append(
+                f"{concurrency_label(phase['concurrency'])}: {errors} of {requests} requests failed "
+                f"({rate:.1%}), above --max-error-rate {max_error_rate:g}"
+            )
+    return failures
 
 
 def _threshold(text: str) -> tuple[int, float]:
@@ -69,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--api-key-env", default="PD_BENCH_API_KEY", help="environment variable holding the API key"
     )
+    run.add_argument(
+        "--max-error-rate", type=_fraction, default=0.0,
+        help="exit 1 when a level's share of failed requests exceeds this (default 0: any failure)",
+    )  # fmt: skip
     run.add_argument("--raw", action="store_true", help="keep every request's raw timestamps in the output")
     run.add_argument("--out", help="write the measurement JSON here")
 
@@ -81,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--history", help="history of accepted runs (JSON lines)")
     rep.add_argument(
         "--regression-tolerance", type=float, help="fail when a figure drops more than this fraction"
+    )
+    rep.add_argument(
+        "--max-error-rate", type=_fraction, default=0.0, help="share of failed requests a level may have"
     )
     rep.add_argument("--accept", action="store_true", help="append a passed run to --history")
     rep.add_argument("--metadata", help="JSON file merged into the report's metadata")
@@ -135,7 +169,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     _print_summary(result)
-    return 0 if (result.get("probe") or {}).get("passed") else 2
+    if not (result.get("probe") or {}).get("passed"):
+        return 2
+    failures = error_rate_failures(result, args.max_error_rate)
+    for line in failures:
+        print(f"pd-bench: {line}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -148,7 +187,14 @@ def _report(args: argparse.Namespace) -> int:
         select_fastest(measurements, max(thresholds) if thresholds else 16) if len(measurements) > 1 else None
     )
     report = build_report(
-        measurements, selected, thresholds, args.regression_tolerance, last, metadata, selection
+        measurements,
+        selected,
+        thresholds,
+        args.regression_tolerance,
+        last,
+        metadata,
+        selection,
+        max_error_rate=args.max_error_rate,
     )
     paths = write_report(report, args.out_dir)
     if args.accept and args.history and report["passed"]:

@@ -3,7 +3,10 @@
 Timing model: a prefill costs `ttft_s`, every output token `tpot_s`. In PD mode the prefill-role
 instance spends the TTFT and then releases the bootstrap room; the decode-role instance waits for
 that room (through the prefill's bootstrap port, as SGLang's decode waits for the KV transfer)
-and then streams the tokens. Output text is decided by pd_standins.engine.text.
+and then streams the tokens. Like SGLang's, the prefill answers once the decode took the room, and
+fails the request (500) when no decode does within SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT; the
+decode's wait is bounded by its waiting timeout and a heartbeat (pd_standins.engine.bootstrap).
+Output text is decided by pd_standins.engine.text.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from pd_standins import __version__
 from pd_standins.engine import SIMULATOR_BANNER, SIMULATOR_HEADER, SIMULATOR_NAME
-from pd_standins.engine.bootstrap import ROOM_TTL_S, BootstrapRooms, RendezvousError, rendezvous
+from pd_standins.engine.bootstrap import (
+    ROOM_TTL_S,
+    BootstrapRooms,
+    PdTimeouts,
+    RendezvousError,
+    rendezvous,
+)
 from pd_standins.engine.metrics import EngineMetrics, RequestMetrics
 from pd_standins.engine.text import CannedCompletions, Completion, complete, count_prompt_tokens
 
@@ -50,6 +59,7 @@ class SimConfig:
     tpot_s: float = 0.002
     startup_delay_s: float = 0.0
     rendezvous_timeout_s: float = 30.0
+    pd: PdTimeouts = field(default_factory=PdTimeouts)
     profile_dir: str | None = None
     canned: CannedCompletions = field(default_factory=CannedCompletions)
 
@@ -60,6 +70,10 @@ class SimConfig:
 
 class BadRequest(ValueError):
     """A request the simulator (like SGLang) rejects with 400."""
+
+
+class TransferFailed(RuntimeError):
+    """The prefill's KV never reached a decode (SGLang aborts the request with 500)."""
 
 
 @dataclass
@@ -103,6 +117,12 @@ class _MeteredRooms(BootstrapRooms):
         if tokens is not None and ready is not None and self.metrics is not None:
             self.metrics.kv_transfer(time.monotonic() - ready)
         return tokens
+
+    async def taken(self, room: int, timeout_s: float) -> bool:
+        if not await super().taken(room, timeout_s):
+            self.ready_at.pop(room, None)  # SGLang drops a timed-out request from the inflight queue
+            return False
+        return True
 
 
 class SimWorker:
@@ -159,6 +179,8 @@ class SimWorker:
             response = _error(400, str(exc))
         except RendezvousError as exc:
             response = _error(502, f"decode could not pair with prefill: {exc}")
+        except TransferFailed as exc:
+            response = _error(500, str(exc))
         self._stamp(response)
         return response
 
@@ -300,9 +322,18 @@ class SimWorker:
         role = self.config.role
         rooms = _as_list(body.get("bootstrap_room"))
         if role == "prefill":
+            arrived = time.monotonic()
             await asyncio.sleep(self.config.ttft_s)
             for room in rooms:
                 self.rooms.mark_ready(int(room), prompt_tokens)
+            for room in rooms:
+                left = self.config.pd.bootstrap_timeout_s - (time.monotonic() - arrived)
+                if not await self.rooms.taken(int(room), left):
+                    self.sglang_metrics.transfer_failure()
+                    raise TransferFailed(
+                        f"Prefill transfer failed: bootstrap room {room} was not taken by a decode within "
+                        f"{self.config.pd.bootstrap_timeout_s:g} s (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)"
+                    )
             max_tokens = min(max_tokens, 1)  # prefill emits one token; decode streams the rest
         elif role == "decode":
             if not rooms:
@@ -318,7 +349,7 @@ class SimWorker:
                     host = str(hosts[min(i, len(hosts) - 1)]) if hosts else "127.0.0.1"
                     port = ports[min(i, len(ports) - 1)] if ports else None
                     port = int(port) if port is not None else self.config.bootstrap_port
-                    await rendezvous(host, port, int(room), self.config.rendezvous_timeout_s)
+                    await rendezvous(host, port, int(room), self.config.rendezvous_timeout_s, self.config.pd)
             except RendezvousError:
                 self.sglang_metrics.transfer_failure()
                 raise
@@ -544,7 +575,10 @@ async def serve(
 ) -> None:
     """Run the HTTP server (and, for the prefill role, the bootstrap listener) until `stop` is set."""
     worker = SimWorker(config)
-    runner = web.AppRunner(worker.app(), access_log=None)
+    # A client that goes away aborts its request, as in SGLang (smg drops the other leg of a pair
+    # whose first leg failed): without it, aiohttp would keep a decode waiting for a room that
+    # will never come until its waiting timeout.
+    runner = web.AppRunner(worker.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
