@@ -46,16 +46,16 @@ def _instances(
 
 
 def _topology_of(hosts: list[str], hostvars: Any) -> list[dict[str, Any]]:
-    """Every instance of `hosts`, from their serving_topology facts, in inventory order."""
+    """Every instance of `hosts`, from their pd_serving_topology facts, in inventory order."""
     out: list[dict[str, Any]] = []
     for host in dict.fromkeys(hosts):
         try:
-            published = hostvars[host]["serving_topology"]
+            published = hostvars[host]["pd_serving_topology"]
         except KeyError:
             published = None
         if published is None:
             raise topology.TopologyError(
-                f"the serving instances of {host} are not known in this run (its fact serving_topology is "
+                f"the serving instances of {host} are not known in this run (its fact pd_serving_topology is "
                 f"set when a play runs on it): run the playbook with every PD host, without --limit"
             )
         out += list(published)
@@ -67,7 +67,7 @@ class FilterModule:
 
     def filters(self) -> dict[str, object]:
         return {
-            "pd_serving_topology": _topology,
+            "pd_serving_published": _topology,
             "pd_serving_instances": _wrap(_instances),
             "pd_serving_topology_of": _wrap(_topology_of),
             "pd_serving_memory_fit_errors": _wrap(topology.memory_fit_errors),

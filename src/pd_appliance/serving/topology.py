@@ -12,7 +12,7 @@ Its default (roles/appliance_defaults) is the layout the per-role variables desc
 (serving_prefill_gpus, serving_decode_tp_size, serving_bootstrap_port, ...): one prefill and/or one
 decode instance, by the host's inventory groups, rendered exactly as before.
 
-What every stage reads is the *published* form, the host fact `serving_topology` (a list of
+What every stage reads is the *published* form, the host fact `pd_serving_topology` (a list of
 `Instance.as_dict()`): each instance with its program name, TP size, integer ports and the URL the
 router dials. Program names stay readable: `prefill` / `decode` when a host runs one instance of
 a role, `decode-0`, `decode-1`, ... (position among that role's entries) when it runs several,
@@ -76,7 +76,7 @@ class Instance:
     host: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        """The published form (the `serving_topology` fact): plain lists and dicts."""
+        """The published form (the `pd_serving_topology` fact): plain lists and dicts."""
         return {
             "role": self.role,
             "name": self.name,
