@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from serving_testlib import Deployment, _changed, _post, _stop_everything
+from serving_testlib import API_KEY, Deployment, _changed, _post, _stop_everything
 
 from pd_testlib import free_ports, run_playbook
 
@@ -37,6 +37,7 @@ def deployment(tmp_path_factory, repo_root):
         "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
         "serving_prefill_port": prefill, "serving_decode_port": decode, "serving_bootstrap_port": bootstrap,
         "serving_router_port": router, "serving_router_metrics_port": metrics,
+        "serving_router_api_key": API_KEY,
     }  # fmt: skip
     vars_file = base / "vars.json"
     vars_file.write_text(json.dumps(variables))

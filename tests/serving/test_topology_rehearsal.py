@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving_testlib import Deployment, _changed, _post, _stop_everything
+from serving_testlib import API_KEY, Deployment, _changed, _post, _stop_everything
 
 from pd_testlib import free_ports, run_playbook
 
@@ -106,6 +106,7 @@ def layout(tmp_path_factory):
     variables = {
         "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
         "serving_router_port": router, "serving_router_metrics_port": metrics,
+        "serving_router_api_key": API_KEY,
     }  # fmt: skip
     vars_file = base / "vars.json"
     vars_file.write_text(json.dumps(variables))
