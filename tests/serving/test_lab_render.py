@@ -62,6 +62,12 @@ def _program(conf: Path, name: str) -> dict:
     }  # fmt: skip
 
 
+def _numactl(argv: list[str]) -> list[str]:
+    """The four words after the launcher's own `--`: the numactl prefix, when there is one."""
+    start = argv.index("--") + 1
+    return argv[start : start + 4]
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, repo_root) -> Path:
     root = tmp_path_factory.mktemp("lab") / "root"
@@ -79,7 +85,8 @@ def test_lab_prefill_command_gpus_and_numa(lab: Path) -> None:
     tools, sglang = f"{lab}/opt/pd-appliance/tools/bin/python", f"{lab}/opt/pd-appliance/sglang/bin/python"
     assert p["argv"] == [
         tools, "-m", "pd_appliance.serving.launch",
-        f"--env-file={lab}/etc/pd-appliance/serving/prefill.env", "--",
+        f"--env-file={lab}/etc/pd-appliance/serving/prefill.env",
+        "--secret-arg=--api-key=SERVING_ROUTER_API_KEY", "--",
         "/usr/bin/numactl", "--cpunodebind=0", "--membind=0", "--",
         sglang, "-m", "sglang.launch_server", "--model-path", f"{lab}/srv/models/DeepSeek-V4-Flash-NVFP4",
         "--served-model-name", "dsv4-flash", "--trust-remote-code", "--tp-size", "4", "--host", "192.0.2.10",
@@ -104,7 +111,7 @@ def test_lab_prefill_command_gpus_and_numa(lab: Path) -> None:
 def test_lab_decode_is_pinned_to_the_other_node(lab: Path) -> None:
     d = _program(lab / "etc/pd-appliance/supervisor/conf.d/decode.conf", "decode")
     assert d["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
-    assert d["argv"][5:9] == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1", "--"]
+    assert _numactl(d["argv"]) == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1", "--"]
     argv = d["argv"]
     assert argv[argv.index("--disaggregation-mode") + 1] == "decode"
     assert argv[argv.index("--port") + 1] == "30001"
@@ -230,7 +237,7 @@ def test_two_host_variant_routes_over_both_decode_instances(two_hosts: Path) -> 
         assert argv[argv.index("--port") + 1] == port and argv[argv.index("--tp-size") + 1] == "4"
         assert argv[argv.index("--host") + 1] == "0.0.0.0"
         assert argv[argv.index("--disaggregation-ib-device") + 1] == "mlx5_0"
-        assert argv[5:9] == ["/usr/bin/numactl", f"--cpunodebind={node}", f"--membind={node}", "--"]
+        assert _numactl(argv) == ["/usr/bin/numactl", f"--cpunodebind={node}", f"--membind={node}", "--"]
         assert decode["stdout_logfile"].endswith(f"/var/log/pd-appliance/{name}.log")
     assert sorted(p.name for p in (two_hosts / "d/etc/pd-appliance/serving").glob("*.env")) == [
         "decode-0.env", "decode-1.env"]  # fmt: skip
@@ -282,7 +289,7 @@ def test_one_prefill_three_decode_instances_on_one_host(layouts: Path) -> None:
         assert p["env"]["CUDA_VISIBLE_DEVICES"] == gpus
         assert p["env"]["UCX_TLS"] == "cuda_ipc,cuda_copy,sm,self,tcp"
         assert argv[argv.index("--tp-size") + 1] == "2" and argv[argv.index("--port") + 1] == port
-        assert argv[5:9] == ["/usr/bin/numactl", f"--cpunodebind={node}", f"--membind={node}", "--"]
+        assert _numactl(argv) == ["/usr/bin/numactl", f"--cpunodebind={node}", f"--membind={node}", "--"]
         assert argv[3] == f"--env-file={layouts}/etc/pd-appliance/serving/{name}.env"
         assert ("--watchdog-timeout" in argv) == name.startswith("decode")
     decode_1 = _program(conf_d / "decode-1.conf", "decode-1")
