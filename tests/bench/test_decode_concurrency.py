@@ -4,12 +4,16 @@ must reach the concurrency asked for; a capped decode fails the gate and loses t
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from openai_stream_double import DoubleConfig, OpenAIStreamDouble
 from test_report import variant
 
+from pd_appliance.bench import cli
 from pd_appliance.bench.decode_metrics import MetricsParseError, running_requests
 from pd_appliance.bench.gates import decode_concurrency_gates
 from pd_appliance.bench.report import build_report, select_fastest
@@ -105,3 +109,31 @@ def test_the_objective_skips_a_fast_variant_that_never_reached_c16() -> None:
     )
     assert report["passed"]
     assert report["variants_passing_floors"]["capped-fastest"] is False
+
+
+def test_pd_bench_cli_samples_decode_and_its_report_gates_and_shows_the_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    double = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "openai_stream_double.py"), "--port", "0",
+         "--tpot-ms", "20", "--max-running", "6"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert double.stdout is not None
+        url = f"http://127.0.0.1:{int(double.stdout.readline())}"
+        run = ["run", "--url", url, "--concurrency", "1", "16", "--num-requests", "2", "32",
+               "--input-len", "32", "--output-len", "16", "--decode-metrics-url", f"{url}/metrics",
+               "--metrics-interval", "0.1", "--out", str(tmp_path / "run.json")]  # fmt: skip
+        assert cli.main(run) == 0
+        assert "decode running requests: peak 6.0 of 16 asked" in capsys.readouterr().out
+        report = ["report", str(tmp_path / "run.json"), "--threshold", "1=1", "--threshold", "16=1",
+                  "--target", "16=1000", "--check-decode-concurrency",
+                  "--out-dir", str(tmp_path / "r")]  # fmt: skip
+        assert cli.main(report) == 1
+        out = capsys.readouterr().out
+        assert "FAIL: C=16: decode ran at most 6 requests at once" in out
+        assert "not gated: C=16:" in out and "of the target 1000 tok/s" in out
+    finally:
+        double.terminate()
+        double.wait(timeout=10)
