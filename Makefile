@@ -34,12 +34,17 @@ stop:
 deploy: venv
 	$(BIN)/pd-appliance deploy -i $(INVENTORY)
 
-# The pinned SGLang wheel (patch series, rehearsal install) and the NIXL wheels (the NIXL check).
+# The pinned sglang and NIXL wheels (the patch-series and lock tests read them), downloaded against
+# the lock's sha256 hashes for Python 3.11 (files/locks/README.md).
+SGLANG_LOCK := files/locks/sglang-0.5.23/py3.11-x86_64.txt
 wheels: venv
-	@test -f $(SGLANG_WHEEL) || $(BIN)/pip download -q --no-deps --only-binary=:all: --implementation cp \
-	  --python-version 3.11 --platform manylinux_2_34_x86_64 -d $(WHEEL_DIR) sglang==0.5.23
-	@ls $(WHEEL_DIR)/nixl_cu13-1.5.1-*.whl >/dev/null 2>&1 || \
-	  $(BIN)/pip download -q --no-deps -d $(WHEEL_DIR) nixl-cu13==1.5.1 nixl==1.5.1
+	@mkdir -p $(WHEEL_DIR)
+	@if ! test -f $(SGLANG_WHEEL) || ! ls $(WHEEL_DIR)/nixl_cu13-1.5.1-*.whl $(WHEEL_DIR)/nixl-1.5.1-*.whl >/dev/null 2>&1; then \
+	  $(BIN)/python -c "import sys; from pathlib import Path; from pd_appliance.supply import lock; \
+	    sys.stdout.write(lock.render(lock.read_lock(Path('$(SGLANG_LOCK)')), ['sglang', 'nixl-cu13', 'nixl']))" \
+	    > $(WHEEL_DIR)/pinned.txt && \
+	  $(BIN)/pip download -q --no-deps --require-hashes --only-binary=:all: --implementation cp --python-version 3.11 \
+	    --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 -d $(WHEEL_DIR) -r $(WHEEL_DIR)/pinned.txt; fi
 
 # SGLang's own command-line parser: a venv with the pinned wheel (patched like the lab's) and only
 # what its parser imports (CPU torch), cached under artifacts/sglang-parser by its inputs. The

@@ -99,6 +99,18 @@ class FakeNvml:
     def nvmlDeviceGetCurrPcieLinkWidth(self, h: int) -> int:
         return self.devices[h]["curr_pcie_link_width"]
 
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: int) -> int:
+        return self.devices[h]["curr_pcie_link_generation"]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: int) -> int:
+        return self.devices[h]["max_pcie_link_width"]
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, h: int) -> int:
+        return _answer(self.devices[h]["gpu_max_pcie_link_generation"])
+
+    def nvmlDeviceGetBAR1MemoryInfo(self, h: int) -> _Obj:
+        return _Obj(**_answer(self.devices[h]["bar1_memory_info"]))
+
     def nvmlDeviceGetPersistenceMode(self, h: int) -> int:
         return _answer(self.devices[h]["persistence_mode"])
 

@@ -24,6 +24,14 @@ def _try(call, *args):
         return {"error": err.value}
 
 
+def _bar1(handle):
+    answer = _try(pynvml.nvmlDeviceGetBAR1MemoryInfo, handle)
+    if "value" in answer:
+        info = answer["value"]
+        answer["value"] = {"bar1Total": info.bar1Total, "bar1Used": info.bar1Used, "bar1Free": info.bar1Free}
+    return answer
+
+
 def main() -> int:
     pynvml.nvmlInit()
     count = pynvml.nvmlDeviceGetCount()
@@ -45,6 +53,8 @@ def main() -> int:
                 "curr_pcie_link_generation": pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
                 "curr_pcie_link_width": pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle),
                 "max_pcie_link_width": pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
+                "gpu_max_pcie_link_generation": _try(pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration, handle),
+                "bar1_memory_info": _bar1(handle),
                 "persistence_mode": _try(pynvml.nvmlDeviceGetPersistenceMode, handle),
                 "ecc_uncorrected_volatile": _try(
                     pynvml.nvmlDeviceGetTotalEccErrors,

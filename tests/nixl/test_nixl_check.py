@@ -14,6 +14,8 @@ from pd_appliance import nixl_check
 from pd_appliance.nixl_check import BackendProbe, CheckReport, TransferResult
 
 ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).parent / "fixtures"
+H200 = ROOT / "tests" / "fabric" / "fixtures" / "h200-2026-12-03"
 NIXL_WHEELS = ("nixl_cu13-1.5.1-cp311-cp311-manylinux_2_28_x86_64.whl", "nixl-1.5.1-py3-none-any.whl")
 NIXL_HINT = "python -m pip download --no-deps -d artifacts/wheels nixl-cu13==1.5.1 nixl==1.5.1"
 
@@ -66,6 +68,111 @@ def test_format_report_names_the_path_and_the_verdict() -> None:
     assert text.endswith("OK")
 
 
+@pytest.mark.parametrize(
+    ("log", "size", "kind", "lanes"),
+    [
+        ("ucx-proto-used-dram-cma.log", 8 * 2**20, "shm", ["cma/memory"]),
+        ("ucx-proto-y-dram-cma.log", 8 * 2**20, "shm", ["cma/memory"]),  # UCX_PROTO_INFO=y: no counts
+        ("ucx-proto-used-dram-tcp.log", 8 * 2**20, "tcp", ["52% on tcp/lo and 48% on tcp/eth0"]),
+        # H200, both agents in one process: CUDA IPC cannot open its own handles, UCX emulates on TCP.
+        ("ucx-proto-used-vram-one-process-tcp.log", 2**28, "tcp", ["tcp/lo"]),
+    ],
+)
+def test_transport_is_read_from_recorded_ucx_tables(log: str, size: int, kind: str, lanes: list[str]) -> None:
+    use = nixl_check.write_transport((FIXTURES / log).read_text(), size, "recorded")
+    assert (use.kind, use.lanes) == (kind, lanes)
+
+
+def test_table_rows_without_counts_are_chosen_by_size() -> None:
+    row = nixl_check.ProtoRow("2049..9383", "copy-in", "rc_mlx5/mlx5_0:1/path0")
+    assert nixl_check.row_covers(row, 4096) and not nixl_check.row_covers(row, 2**20)
+    assert nixl_check.row_covers(nixl_check.ProtoRow("0..2K", "short", "x"), 2048)
+    assert nixl_check.row_covers(nixl_check.ProtoRow("9384..inf", "zero-copy", "x"), 2**30)
+    assert nixl_check.transport_kind(["cuda_copy", "tcp"]) == "tcp"
+    assert nixl_check.transport_kind(["cuda_copy", "posix"]) == "cuda_copy"
+    assert nixl_check.transport_kind(["rc_mlx5"]) == "rdma"
+    assert nixl_check.transport_kind([]) == "unknown"
+
+
+def _recorded(case: str) -> tuple[CheckReport, str]:
+    data = json.loads((H200 / f"nixl-{case}.json").read_text())
+    t = data["transfer"]
+    report = _report(TransferResult(**t))
+    return report, (H200 / f"nixl-{case}.ucx.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("case", "kind", "ok"),
+    [
+        ("default", "cuda_ipc", True),
+        ("serving-tls", "cuda_ipc", True),
+        ("no-cuda-ipc", "tcp", False),
+        ("expandable-segments", "tcp", False),
+    ],
+)
+def test_h200_record_tells_cuda_ipc_from_the_tcp_fallback(case: str, kind: str, ok: bool) -> None:
+    """Recorded on the lent H200 (tests/fabric/device_run.sh): GPU 0 -> GPU 0 across two processes."""
+    report, log = _recorded(case)
+    nixl_check.apply_transport(report, log, "cuda_ipc", "UCX_PROTO_INFO=used")
+    nixl_check.apply_bandwidth_floor(report, 5.0)
+    assert report.transport is not None and report.transport.kind == kind
+    assert report.ok is ok, report.problems
+    if not ok:
+        assert "went through tcp (tcp/lo; software emulation), not cuda_ipc" in report.problems[0]
+        assert "below the floor of 5 GB/s" in report.problems[1]
+    if case == "expandable-segments":
+        assert report.transfer.src_ipc_capable is False  # type: ignore[union-attr]
+        assert "not legacy-IPC capable" in report.problems[0]
+
+
+def test_no_table_with_an_expectation_fails_and_names_the_option() -> None:
+    report = _report(_transfer("VRAM", 40.0))
+    nixl_check.apply_transport(report, "no ucx output", "cuda_ipc", "UCX_PROTO_INFO=used")
+    assert not report.ok and "--proto-info y" in report.problems[0]
+    quiet = _report(_transfer("VRAM", 40.0))
+    nixl_check.apply_transport(quiet, "no ucx output", "", "UCX_PROTO_INFO=used")
+    assert quiet.ok and quiet.transport.kind == "unknown"  # type: ignore[union-attr]
+
+
+class _FakeLibcuda:
+    def __init__(self, status: int, value: int) -> None:
+        self.status, self.value = status, value
+
+    def cuPointerGetAttribute(self, out: object, attribute: int, pointer: object) -> int:
+        assert attribute == 10  # CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE (cuda.h, read on the H200)
+        out._obj.value = self.value  # type: ignore[attr-defined]
+        return self.status
+
+
+def test_legacy_ipc_probe_reads_the_driver_answer() -> None:
+    assert nixl_check.legacy_ipc_capable(1, _FakeLibcuda(0, 1)) is True
+    assert nixl_check.legacy_ipc_capable(1, _FakeLibcuda(0, 0)) is False
+    assert nixl_check.legacy_ipc_capable(1, _FakeLibcuda(1, 0)) is None  # CUDA_ERROR_INVALID_VALUE
+
+
+def test_a_link_below_its_maximum_under_load_warns_or_fails() -> None:
+    slow = nixl_check.LinkReading(4, "00000000:58:00.0", 4, 5, 8, 16, "nvml", 20.1)
+    fine = nixl_check.LinkReading(0, "00000000:18:00.0", 5, 5, 16, 16, "nvml", 54.5)
+    (sentence,) = nixl_check.link_problems([slow, fine])
+    assert "GPU 4 (00000000:58:00.0)" in sentence and "Gen4 of Gen5 and x8 of x16" in sentence
+    warned = _report(_transfer("VRAM", 40.0))
+    nixl_check.apply_links(warned, [slow], "warn")
+    assert warned.ok and len(warned.warnings) == 1
+    failed = _report(_transfer("VRAM", 40.0))
+    nixl_check.apply_links(failed, [slow], "fail")
+    assert not failed.ok
+    skipped = _report(_transfer("VRAM", 40.0))
+    nixl_check.apply_links(skipped, [slow], "skip")
+    assert skipped.ok and not skipped.warnings and skipped.links == [slow]
+
+
+def test_h200_link_under_load_was_at_its_maximum() -> None:
+    data = json.loads((H200 / "nixl-default.json").read_text())
+    (link,) = [nixl_check.LinkReading(**r) for r in data["links"]]
+    assert (link.generation_current, link.width_current) == (5, 16) and link.source == "nvml"
+    assert nixl_check.link_problems([link]) == []
+
+
 def test_without_nixl_the_report_fails_and_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nixl", None)  # makes `import nixl._api` raise ImportError
     report = nixl_check.run_check(["UCX"], "UCX", 1024, 1)
@@ -104,6 +211,7 @@ def _run_cli(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_real_nixl_creates_ucx_and_moves_verified_bytes(nixl_site: Path) -> None:
     proc = _run_cli(nixl_site, "--size-mib", "8", "--iterations", "3", "--host-memory")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "UCX transport: shm" in proc.stderr
     report = json.loads(proc.stdout)  # plugins that print to fd 1 must not break the JSON
     assert report["nixl_module"] == "nixl_cu13" and report["nixl_version"] == "1.5.1"
     created = {b["name"] for b in report["backends"] if b["created"]}
@@ -112,6 +220,18 @@ def test_real_nixl_creates_ucx_and_moves_verified_bytes(nixl_site: Path) -> None
     t = report["transfer"]
     assert t["mem_type"] == "DRAM" and t["verified"] and t["bandwidth_gb_s"] > 0
     assert t["size_bytes"] == 8 * 2**20 and t["iterations"] == 3
+    # The target agent ran in its own process; UCX moved the bytes by shared memory between them.
+    assert report["memory"].startswith("DRAM (host memory: simulated GPUs)")
+    assert report["transport"]["kind"] == "shm" and report["transport"]["source"] == "UCX_PROTO_INFO=used"
+
+
+@pytest.mark.slow
+def test_real_nixl_without_gpu_memory_fails_instead_of_measuring_dram(nixl_site: Path) -> None:
+    proc = _run_cli(nixl_site, "--size-mib", "1", "--iterations", "1", "--expect-transport", "cuda_ipc")
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert report["transfer"] is None and report["memory"] == "VRAM"
+    assert "does not fall back to host memory" in report["problems"][0]
 
 
 @pytest.mark.slow

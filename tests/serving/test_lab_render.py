@@ -42,7 +42,7 @@ def _owner_vars(root: Path) -> dict:
         "serving_supervisor_socket_owner": user,
         "serving_supervisor_manager": "systemd",
         "serving_supervisor_unit_path": str(root / "etc/systemd/system/pd-appliance-supervisor.service"),
-        "serving_hf_token": HF_TOKEN, "serving_router_api_key": API_KEY, "serving_render_only": True,
+        "checkpoint_hf_token": HF_TOKEN, "serving_router_api_key": API_KEY, "serving_render_only": True,
         # The host's address (a declared stand-in): the lab host's, as its primary IPv4 would give it.
         "serving_advertise_host": "192.0.2.10",
     }  # fmt: skip
@@ -136,9 +136,11 @@ def test_secrets_only_in_0600_env_files(lab: Path) -> None:
         text = conf.read_text()
         assert HF_TOKEN not in text and API_KEY not in text, conf
     env_dir = lab / "etc/pd-appliance/serving"
-    assert f"HF_TOKEN={HF_TOKEN}" in (env_dir / "prefill.env").read_text()
-    assert f"SERVING_ROUTER_API_KEY={API_KEY}" in (env_dir / "router.env").read_text()
-    assert API_KEY not in (env_dir / "decode.env").read_text()
+    # The Hub token belongs to the checkpoint download only: no serving program gets it.
+    assert not [p for p in env_dir.glob("*.env") if HF_TOKEN in p.read_text()]
+    # The router key reaches the router and, since workers listen beyond loopback, the workers.
+    for role in ("router", "prefill", "decode"):
+        assert f"SERVING_ROUTER_API_KEY={API_KEY}" in (env_dir / f"{role}.env").read_text()
     for env_file in env_dir.glob("*.env"):
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600, env_file
 

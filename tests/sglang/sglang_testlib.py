@@ -11,7 +11,7 @@ WHEEL_NAME = f"sglang-{SGLANG_VERSION}-cp311-cp311-manylinux_2_34_x86_64.whl"
 SERIES_DIR = ROOT / "files" / "patches" / "sglang" / SGLANG_VERSION
 # How CI (and anyone) gets the wheel; the tests look in PD_SGLANG_WHEEL, PD_WHEEL_DIR,
 # <checkout>/artifacts/wheels and /work/wheels, in that order.
-DOWNLOAD_HINT = (
+DOWNLOAD_HINT = "make wheels (hash-checked against files/locks/sglang-0.5.23/py3.11-x86_64.txt), or: " + (
     "python -m pip download --no-deps --only-binary=:all: --implementation cp --python-version 3.11 "
     f"--platform manylinux_2_34_x86_64 -d artifacts/wheels sglang=={SGLANG_VERSION}"
 )

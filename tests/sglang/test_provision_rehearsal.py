@@ -1,8 +1,11 @@
-"""The tools, nixl and sglang roles converge in rehearsal, for real, and a second run changes nothing.
+"""The tools, nixl and sglang roles converge against the rehearsal inventory, for real, and a second
+run changes nothing.
 
-Real parts: the pd_appliance wheel built on the "controller", pip installs from the index into
-the tools and router venvs, the real sglang 0.5.23 wheel (from a wheelhouse holding only it)
-installed without its CUDA dependency set, the patch series applied by the real module.
+The lab path runs as it is, with the one declared switch off (sglang_install_cuda_stack: false, the
+CUDA stack cannot be installed here): the Python is chosen from the locks, uv comes from its hashed
+pin, the whole lock for that Python is proven against PyPI package by package and hash by hash, and
+sglang, nixl-cu13, the nixl shim, numpy and the pd_appliance kernels wheel are installed from it with
+uv in hash-checking mode; the patch series is applied to the real sglang wheel by the real module.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def _ansible(args: list[str], binary: str = "ansible-playbook") -> subprocess.Co
 
 
 @pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory: pytest.TempPathFactory, sglang_wheel: Path) -> dict[str, Path]:
+def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("provision")
     inventory = base / "inventory" / "rehearsal"
     shutil.copytree(ROOT / "inventory" / "rehearsal", inventory)
@@ -46,16 +49,8 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory, sglang_wheel: Path) -> d
     shutil.copy(ROOT / "pyproject.toml", source)
     if (ROOT / "README.md").exists():
         shutil.copy(ROOT / "README.md", source)
-    wheelhouse = base / "wheelhouse"
-    wheelhouse.mkdir()
-    shutil.copy(sglang_wheel, wheelhouse)
-    extra = json.dumps(
-        {
-            "appliance_tools_source_dir": str(source),
-            "sglang_install_source": "wheelhouse",
-            "sglang_wheelhouse": str(wheelhouse),
-        }
-    )
+    # The stand-in switch and a path: nothing else differs from the lab.
+    extra = json.dumps({"appliance_tools_source_dir": str(source), "sglang_install_cuda_stack": False})
     args = [str(PLAYBOOK), "-i", str(inventory), "-e", extra]
     first = _ansible(args)
     second = _ansible(args) if first.returncode == 0 else first
@@ -67,9 +62,18 @@ def test_first_run_installs_patches_and_records(rehearsal) -> None:
     run = rehearsal["first"]
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     out = " ".join(run.stdout.split())  # the YAML callback folds long messages
-    # (single-quoted YAML doubles the apostrophe)
-    assert re.search(r"REHEARSAL: skipping sglang'+s dependency set", out), out[-3000:]
-    assert "REHEARSAL: not installing nixl-cu13 1.5.1" in out
+    # The lab path runs here, only the declared switch is off: no task of these roles takes a
+    # rehearsal path (the NIXL check's own file, check.yml, is another change's).
+    blocks = re.split(r"\nTASK \[", run.stdout)
+    ours = [b for b in blocks if b.startswith(("sglang :", "nixl :")) and "host memory" not in b[:80]]
+    assert len(ours) > 20 and not [b.split("]")[0] for b in ours if "REHEARSAL" in b]
+    versions = json.loads((rehearsal["root"] / "var/lib/pd-appliance/sglang-versions.json").read_text())
+    lock = ROOT / "files" / "locks" / f"sglang-{SGLANG_VERSION}" / versions["lock"]  # this host's Python's
+    python = versions["python"].split()[0]
+    assert lock.name == f"py{python}-x86_64.txt" and versions["python"].endswith("(host)")
+    locked = len(re.findall(r"(?m)^[a-z0-9][a-z0-9._-]*==", lock.read_text()))
+    proven = f"{locked} locked packages proven against https://pypi.org/simple/ for Python {python}"
+    assert proven in out, out[-3000:]
     home = rehearsal["root"] / "opt" / "pd-appliance"
     marker = json.loads((home / "sglang" / "pd-appliance-patches.json").read_text())
     assert [p["name"] for p in marker["patches"]] == [
@@ -78,10 +82,19 @@ def test_first_run_installs_patches_and_records(rehearsal) -> None:
     [site] = (home / "sglang").glob("lib/python3*/site-packages")
     assert "force_env(" in (site / "sglang/srt/arg_groups/model_hook.py").read_text()
     assert list((site / "sglang/srt/arg_groups/__pycache__").glob("model_hook.*.pyc")), "byte-compiled"
-    versions = json.loads((rehearsal["root"] / "var/lib/pd-appliance/sglang-versions.json").read_text())
-    assert versions["versions"]["sglang"] == SGLANG_VERSION
+    assert versions["versions"]["sglang"] == SGLANG_VERSION and versions["versions"]["nixl"] == "1.5.1"
     assert versions["versions"]["torch"] is None and "torch" in versions["missing"]
     assert versions["versions"]["pd-appliance"] == "0.1.0"
+    assert versions["installer"] == "uv" and versions["lock"] == lock.name and versions["cuda_stack"] is False
+    # Exactly the CUDA-free part of the lock went in, each at its locked version and from a hashed file.
+    [venv_site] = (home / "sglang").glob("lib/python3*/site-packages")
+    installed = {p.name.split("-")[0].lower() for p in venv_site.glob("*.dist-info")}
+    assert installed >= {"sglang", "nixl_cu13", "nixl", "numpy", "pd_appliance"}
+    assert not installed & {"torch", "flashinfer_python", "sglang_kernel", "triton"}
+    nixl_py = home / "sglang" / "bin" / "python"
+    probe = "import nixl, nixl._api; from nixl._api import nixl_agent; print('ok')"
+    assert subprocess.run([str(nixl_py), "-c", probe], capture_output=True, text=True).stdout.strip() == "ok"
+    assert (home / "tools" / "bin" / "uv").exists(), "uv comes from its hashed pin into the tools venv"
     tools_py = home / "tools" / "bin" / "python"
     probe = "import pd_appliance.patches, pynvml, huggingface_hub, supervisor"
     assert subprocess.run([str(tools_py), "-c", probe], check=False).returncode == 0

@@ -29,8 +29,8 @@ def test_every_default_has_a_comment(role: str) -> None:
     for i, line in enumerate(lines):
         if line and line[0].isalpha() and ":" in line:
             j = i - 1
-            while j >= 0 and lines[j].startswith("#") is False and lines[j].strip() and lines[j][0] != " ":
-                j -= 1  # a group of related variables shares the comment above it
+            while j >= 0 and not lines[j].startswith("#") and lines[j].strip():
+                j -= 1  # related variables (and their folded values) share the comment above them
             if j < 0 or not lines[j].startswith("#"):
                 undocumented.append(line.split(":", 1)[0])
     assert undocumented == []

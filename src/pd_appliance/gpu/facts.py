@@ -28,6 +28,10 @@ GPU_KEYS = (
     "pci_bus_id",
     "pcie_generation",
     "pcie_width",
+    "pcie_generation_current",
+    "pcie_generation_gpu_max",
+    "pcie_width_max",
+    "bar1_total_mib",
     "numa_node",
     "cpu_list",
     "persistence_mode",
@@ -70,12 +74,16 @@ def _optional(nvml: Any, call: Any, *args: Any) -> Any:
 
 
 def gpu_entry(nvml: Any, handle: Any, index: int, sysfs_root: Any) -> dict[str, Any]:
-    """One GPU's facts. PCIe generation is the link's maximum (the current one drops at idle);
-    the width is the current one, so a link trained down to x8 shows as 8."""
+    """One GPU's facts. PCIe generation is the link's maximum with this slot (the current one drops
+    at idle, so pcie_generation_current is an idle reading); pcie_generation_gpu_max is what the GPU
+    itself can do. The width is the current one, so a link trained down to x8 shows as 8 against
+    pcie_width_max. bar1_total_mib is the framebuffer aperture peers map (the fabric checks)."""
     major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
     bus_id = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
     address = sysfs.sysfs_pci_address(bus_id)
     persistence = _optional(nvml, nvml.nvmlDeviceGetPersistenceMode, handle)
+    bar1 = _optional(nvml, nvml.nvmlDeviceGetBAR1MemoryInfo, handle)
+    gpu_max_gen = _optional(nvml, nvml.nvmlDeviceGetGpuMaxPcieLinkGeneration, handle)
     ecc = _optional(
         nvml,
         nvml.nvmlDeviceGetTotalEccErrors,
@@ -92,6 +100,10 @@ def gpu_entry(nvml: Any, handle: Any, index: int, sysfs_root: Any) -> dict[str, 
         "pci_bus_id": bus_id,
         "pcie_generation": int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
         "pcie_width": int(nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+        "pcie_generation_current": int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+        "pcie_generation_gpu_max": None if gpu_max_gen is None else int(gpu_max_gen),
+        "pcie_width_max": int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
+        "bar1_total_mib": None if bar1 is None else int(bar1.bar1Total) // MIB,
         "numa_node": sysfs.numa_node(sysfs_root, address),
         "cpu_list": sysfs.cpu_list(sysfs_root, address),
         "persistence_mode": None if persistence is None else bool(persistence == nvml.NVML_FEATURE_ENABLED),

@@ -89,7 +89,9 @@ def nvml_topology(nvml: Any, handles: list[Any], bus_ids: list[str]) -> dict[str
 
 
 def simulated_topology(gpus: list[dict[str, Any]]) -> dict[str, Any]:
-    """The matrix a rehearsal reports: same NUMA node is NODE, else SYS; P2P marked SIMULATED."""
+    """The matrix a rehearsal reports: same NUMA node is NODE, else SYS. P2P is what each simulated
+    GPU says NVML would answer for its peers (`p2p_status`, "SIMULATED" where it says nothing), so
+    the fabric checks run on it as on a real host; the matrix stays marked simulated."""
     count = len(gpus)
 
     def link(i: int, j: int) -> str:
@@ -103,5 +105,8 @@ def simulated_topology(gpus: list[dict[str, Any]]) -> dict[str, Any]:
         "simulated": True,
     }
     for key in P2P_CAPS:
-        topology[key] = [["X" if i == j else "SIMULATED" for j in range(count)] for i in range(count)]
+        topology[key] = [
+            ["X" if i == j else str(gpus[i].get("p2p_status", "SIMULATED")) for j in range(count)]
+            for i in range(count)
+        ]
     return topology

@@ -1,4 +1,5 @@
-"""Stand-in filters (see standins/declared.yml): pd_simulated_gpu builds a simulated GPU's facts.
+"""Stand-in filters (see standins/declared.yml): pd_simulated_gpu builds a simulated GPU's facts,
+pd_simulated_pci_snapshot the PCI fabric the simulated GPUs show the preflight fabric checks.
 
 The controller's Python imports pd_standins (make venv installs it); without it, standins/src is used.
 """
@@ -13,11 +14,11 @@ try:
 except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from pd_standins.gpus import simulated_gpu
+from pd_standins.gpus import simulated_gpu, simulated_pci_snapshot
 
 
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, object]:
-        return {"pd_simulated_gpu": simulated_gpu}
+        return {"pd_simulated_gpu": simulated_gpu, "pd_simulated_pci_snapshot": simulated_pci_snapshot}

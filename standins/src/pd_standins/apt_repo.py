@@ -212,6 +212,13 @@ def build_repo(dest: Path, kernel: str, distro: str = "debian12") -> dict[str, s
                 "never",
             )
             keyring = _gpg(home, "--export")
+            fingerprint = next(
+                line.split(":")[9]
+                for line in _gpg(home, "--with-colons", "--list-keys").decode().splitlines()
+                if line.startswith("fpr:")
+            )
+            # The throwaway key's fingerprint: what the role's keyring check must be told to trust.
+            (repo / "keyring.fingerprint").write_text(fingerprint + "\n")
             packages = [keyring_package(keyring, distro), *toolkit_packages(kernel)]
             for version in DRIVER_VERSIONS:
                 packages += driver_packages(version)
@@ -226,6 +233,7 @@ def build_repo(dest: Path, kernel: str, distro: str = "debian12") -> dict[str, s
         "repo_dir": str(repo),
         "repo_url": f"file://{repo}/",
         "keyring_deb": str(repo / "cuda-keyring_1.1-1_all.deb"),
+        "keyring_fingerprint": fingerprint,
         "packages": str(len(debs)),
     }
 

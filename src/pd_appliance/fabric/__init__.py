@@ -1,0 +1,14 @@
+"""Fabric readiness: the PCIe, P2P and NIXL failures that stall PD, caught before they cost a day.
+
+- collect: a snapshot of the host's PCI fabric without any driver (runs on the host, stdlib only);
+- preflight: IOMMU, ACS, BAR1, HMM and ASPM findings from a snapshot;
+- nvml: P2P, BAR1 and link findings from the NVML facts (pd_gpus, pd_gpu_topology);
+- inventory: expandable_segments in a worker env hook, UCX_NET_DEVICES for two hosts;
+- findings: the Finding type and the policy (fail, warn or skip per check).
+
+The NIXL transfer check is pd_appliance.nixl_check (it runs in the SGLang venv).
+"""
+
+from pd_appliance.fabric.findings import CHECKS, SEVERITIES, Finding, split
+
+__all__ = ["CHECKS", "SEVERITIES", "Finding", "split"]

@@ -1,0 +1,209 @@
+"""Hashed locks as ``uv pip compile --generate-hashes`` writes them, and checks on them.
+
+A lock is a requirements file in which every package is pinned (``name==version``) and carries one
+``--hash=sha256:...`` per distribution file the index offers for that version. uv annotates each
+entry with the packages that pulled it in (``# via``), which gives the dependency graph the roles
+need to install a part of the lock (NIXL alone, or the set that works without the CUDA stack).
+The locks are installed with ``--no-deps``: the lock *is* the resolution, and hash-checking mode
+then rejects any file whose digest the lock does not name.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+_ENTRY = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+?)(?:\s*;\s*(?P<marker>[^\\]+?))?\s*\\?$"
+)
+_HASH = re.compile(r"--hash=sha256:(?P<digest>[0-9a-f]{64})")
+_ROOT_VIA = "-r "
+
+
+class LockError(ValueError):
+    """A lock that cannot be used as it is (malformed, or missing what a caller asked for)."""
+
+
+@dataclass
+class LockEntry:
+    """One pinned package of a lock."""
+
+    name: str  # canonical (PEP 503) name
+    version: str
+    hashes: list[str] = field(default_factory=list)
+    marker: str = ""
+    via: list[str] = field(default_factory=list)  # canonical names of dependents; "-r file" for roots
+
+    def line(self) -> str:
+        """The entry as a hash-checking requirements line (what pip and uv read back)."""
+        marker = f" ; {self.marker}" if self.marker else ""
+        hashes = "".join(f" \\\n    --hash=sha256:{h}" for h in self.hashes)
+        return f"{self.name}=={self.version}{marker}{hashes}\n"
+
+
+def parse_lock(text: str, source: str = "lock") -> dict[str, LockEntry]:
+    """Entries by canonical name. Fails on anything that is not pinned and hashed: a lock that
+    lets the index choose a version or a file is no lock."""
+    entries: dict[str, LockEntry] = {}
+    current: LockEntry | None = None
+    in_via = False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if not raw[0].isspace() and not line.startswith("#"):
+            match = _ENTRY.match(line)
+            if not match:
+                raise LockError(f"{source}:{number}: not a pinned requirement: {line!r}")
+            name = canonicalize_name(match["name"])
+            if name in entries:
+                raise LockError(f"{source}:{number}: {name} is pinned twice")
+            marker = (match["marker"] or "").strip()
+            current = entries[name] = LockEntry(name, match["version"], marker=marker)
+            in_via = False
+            continue
+        if current is None:
+            continue  # the header comment
+        hashed = _HASH.search(line)
+        if hashed:
+            current.hashes.append(hashed["digest"])
+        elif line.startswith("# via"):
+            rest = line.removeprefix("# via").strip()
+            in_via = not rest
+            if rest:
+                current.via.append(_via_name(rest))
+        elif in_via and line.startswith("#"):
+            current.via.append(_via_name(line.lstrip("#").strip()))
+    for entry in entries.values():
+        if not entry.hashes:
+            raise LockError(
+                f"{source}: {entry.name}=={entry.version} has no --hash: regenerate with --generate-hashes"
+            )
+    return entries
+
+
+def _via_name(text: str) -> str:
+    return text if text.startswith(_ROOT_VIA) else str(canonicalize_name(text.split()[0]))
+
+
+def read_lock(path: Path) -> dict[str, LockEntry]:
+    """parse_lock on a file, naming the file in errors."""
+    return parse_lock(path.read_text(), str(path))
+
+
+def dependencies(entries: Mapping[str, LockEntry]) -> dict[str, set[str]]:
+    """Forward edges (package -> what it requires) from uv's reverse ``# via`` annotations."""
+    graph: dict[str, set[str]] = {name: set() for name in entries}
+    for name, entry in entries.items():
+        for parent in entry.via:
+            if parent in graph:
+                graph[parent].add(name)
+    return graph
+
+
+def closure(entries: Mapping[str, LockEntry], roots: Iterable[str], stop: Iterable[str] = ()) -> list[str]:
+    """The roots and everything they pull in, not descending into ``stop`` (nor listing it)."""
+    graph = dependencies(entries)
+    stopped = {canonicalize_name(s) for s in stop}
+    wanted = [canonicalize_name(r) for r in roots]
+    missing = [r for r in wanted if r not in entries]
+    if missing:
+        raise LockError(f"not in the lock: {', '.join(missing)}")
+    seen: set[str] = set()
+    todo = [r for r in wanted if r not in stopped]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(child for child in graph[name] if child not in stopped and child not in seen)
+    return sorted(seen)
+
+
+def render(entries: Mapping[str, LockEntry], names: Iterable[str] | None = None, header: str = "") -> str:
+    """A hash-checking requirements file with the named entries (all when ``names`` is None)."""
+    chosen = sorted(entries) if names is None else sorted({canonicalize_name(n) for n in names})
+    missing = [n for n in chosen if n not in entries]
+    if missing:
+        raise LockError(f"not in the lock: {', '.join(missing)}")
+    lines = [f"# {ln}\n" for ln in header.splitlines()]
+    return "".join(lines) + "".join(entries[n].line() for n in chosen)
+
+
+@dataclass
+class PinProblem:
+    """A Requires-Dist of a pinned wheel that the lock does not honour."""
+
+    requirement: str
+    locked: str | None  # the locked version, None when the package is absent
+
+    def __str__(self) -> str:
+        have = "absent from the lock" if self.locked is None else f"locked at {self.locked}"
+        return f"{self.requirement}: {have}"
+
+
+def wheel_requirements(wheel: Path) -> list[str]:
+    """Requires-Dist lines of a wheel's METADATA, read from the file itself."""
+    with zipfile.ZipFile(wheel) as zf:
+        [meta] = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        text = zf.read(meta).decode()
+    headers = text.split("\n\n", 1)[0]
+    prefix = "Requires-Dist:"
+    return [ln.removeprefix(prefix).strip() for ln in headers.splitlines() if ln.startswith(prefix)]
+
+
+def marker_environment(python_version: str, machine: str = "x86_64") -> dict[str, str]:
+    """PEP 508 marker values of a CPython on Linux, for evaluating a lock's target platform."""
+    full = python_version if python_version.count(".") == 2 else f"{python_version}.0"
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": full,
+        "os_name": "posix",
+        "platform_machine": machine,
+        "platform_python_implementation": "CPython",
+        "platform_system": "Linux",
+        "python_full_version": full,
+        "python_version": ".".join(full.split(".")[:2]),
+        "sys_platform": "linux",
+    }
+
+
+def unmet_requirements(
+    entries: Mapping[str, LockEntry],
+    requires_dist: Iterable[str],
+    environment: Mapping[str, str],
+    extras: Iterable[str] = (),
+    excluded: Iterable[str] = (),
+) -> list[PinProblem]:
+    """Every requirement that applies on ``environment`` (with ``extras`` asked for) and that the
+    lock misses or pins outside its specifier. ``excluded`` names what the lock leaves out on
+    purpose (the nixl shim's CUDA 12 wheel); those must not appear at all."""
+    skipped = {canonicalize_name(n) for n in excluded}
+    problems: list[PinProblem] = []
+    asked = ["", *extras]
+    for line in requires_dist:
+        req = Requirement(line)
+        if req.marker is not None and not any(
+            req.marker.evaluate({**environment, "extra": extra}) for extra in asked
+        ):
+            continue
+        name = canonicalize_name(req.name)
+        if name in skipped:
+            continue
+        entry = entries.get(name)
+        if entry is None or not req.specifier.contains(Version(entry.version), prereleases=True):
+            problems.append(PinProblem(line, None if entry is None else entry.version))
+    return problems
+
+
+def marker_applies(marker: str, environment: Mapping[str, str]) -> bool:
+    """Whether an entry's environment marker holds on the target (no marker: always)."""
+    return not marker or Marker(marker).evaluate(dict(environment))

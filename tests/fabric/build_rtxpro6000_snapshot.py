@@ -1,0 +1,47 @@
+"""Write fixtures/rtxpro6000-8gpu/healthy.json: the snapshot a healthy 8x RTX PRO 6000 host gives.
+
+No such host is reachable from here, so this snapshot is composed, not recorded: its PCI part is
+what the simulated-GPU stand-in declares for the lab's eight GPUs (pd_standins.gpus, formats as
+the kernel and lspci print them; see its docstring), plus what a prepared lab host adds: an IOMMU
+in passthrough (intel_iommu=on iommu=pt), pcie_aspm=off and HMM off for nvidia_uvm. The recorded
+single-GPU snapshot of the lent H200 is fixtures/h200-2026-12-03/snapshot.json.
+Run: python tests/fabric/build_rtxpro6000_snapshot.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pd_standins.gpus import simulated_gpu, simulated_pci_snapshot
+
+OUT = Path(__file__).parent / "fixtures" / "rtxpro6000-8gpu" / "healthy.json"
+
+
+def main() -> None:
+    snapshot = {"schema": 1, **simulated_pci_snapshot([simulated_gpu(i) for i in range(8)])}
+    snapshot["sysfs"].update(
+        {
+            "class/iommu/dmar0": "",
+            "class/iommu/dmar1": "",
+            "module/pcie_aspm/parameters/policy": "[default] performance powersave powersupersave",
+        }
+    )
+    snapshot["sysfs"] = dict(sorted(snapshot["sysfs"].items()))
+    snapshot.update(
+        {
+            "cmdline": "BOOT_IMAGE=/vmlinuz-6.8.0-51-generic root=/dev/mapper/vg0-root ro "
+            "intel_iommu=on iommu=pt pcie_aspm=off",
+            "modprobe": {"/etc/modprobe.d/uvm.conf": "options nvidia_uvm uvm_disable_hmm=1"},
+            "euid": 0,
+        }
+    )
+    ordered = {
+        k: snapshot[k]
+        for k in ("schema", "sysfs", "links", "cmdline", "lspci", "lspci_error", "modprobe", "euid")
+    }
+    OUT.write_text(json.dumps(ordered, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

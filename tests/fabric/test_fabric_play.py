@@ -1,0 +1,84 @@
+"""The fabric checks inside the real plays: preflight on the rehearsal inventory, and the driver
+stage's NVML checks on the simulated-GPU stand-in's facts (healthy, then with P2P off)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pd_testlib import run_playbook
+
+pytestmark = pytest.mark.slow
+
+FACTS_PLAY = """
+- name: NVML facts and the fabric checks on them
+  hosts: prefill
+  gather_facts: false
+  vars:
+    appliance_tools_python: "{{ ansible_playbook_python }}"
+  roles:
+    - role: appliance_defaults
+  tasks:
+    - name: Facts entry point of the driver role
+      ansible.builtin.include_role:
+        name: nvidia_driver
+        tasks_from: facts
+"""
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _group_vars(inventory: Path, **values: object) -> None:
+    (inventory / "group_vars" / "all" / "zz_fabric.yml").write_text(yaml.safe_dump(values))
+
+
+def test_preflight_fails_on_expandable_segments_in_a_decode_hook(rehearsal_inventory_copy: Path) -> None:
+    # Extra vars: the lab's group_vars/decode.yml (which the rehearsal links) sets serving_env_decode.
+    hook = json.dumps({"serving_env_decode": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}})
+    done = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy, "-e", hook)
+    out = _flat(done.stdout)
+    assert done.returncode != 0, out[-3000:]
+    assert "[expandable_segments] serving_env_decode.PYTORCH_CUDA_ALLOC_CONF" in out
+    assert "NIXL silently moves KV over TCP" in out
+    relaxed = run_playbook(
+        "playbooks/preflight.yml",
+        rehearsal_inventory_copy,
+        "-e",
+        hook,
+        "-e",
+        "preflight_fabric_expandable_segments=warn",
+    )
+    assert relaxed.returncode == 0, _flat(relaxed.stdout)[-3000:]
+    relaxed_out = _flat(relaxed.stdout)
+    assert "WARNING: fabric findings that do not stop preflight" in relaxed_out
+    # The simulated GPUs' PCI tree is judged for real: healthy, so nothing about IOMMU, ACS or BAR1.
+    assert "fabric checks read the PCI tree the simulated GPUs declare" in relaxed_out
+    assert "[acs]" not in relaxed_out and "[iommu]" not in relaxed_out and "[bar1]" not in relaxed_out
+
+
+def test_driver_stage_runs_the_nvml_checks_on_the_simulated_gpus(
+    tmp_path: Path, rehearsal_inventory_copy: Path
+) -> None:
+    play = tmp_path / "facts.yml"
+    play.write_text(textwrap.dedent(FACTS_PLAY))
+    healthy = run_playbook(play, rehearsal_inventory_copy)
+    assert healthy.returncode == 0, _flat(healthy.stdout)[-3000:]
+    assert "TASK [nvidia_driver : Fabric checks from NVML pass]" in healthy.stdout
+    _group_vars(
+        rehearsal_inventory_copy,
+        appliance_simulated_gpus="{{ range(8) | map('pd_simulated_gpu') "
+        "| map('combine', {'p2p_status': 'CHIPSET_NOT_SUPPORTED'}) | list }}",
+    )
+    broken = run_playbook(play, rehearsal_inventory_copy)
+    out = _flat(broken.stdout)
+    assert broken.returncode != 0
+    assert "The GPU fabric cannot carry PD (16 problem(s))" in out
+    assert "[p2p] GPU 0 (prefill) -> GPU 4 (decode): NVML reports P2P write CHIPSET_NOT_SUPPORTED" in out
+    warned = run_playbook(play, rehearsal_inventory_copy, "-e", "nvidia_driver_fabric_p2p=warn")
+    assert warned.returncode == 0 and "WARNING: 16 fabric finding(s) from NVML" in _flat(warned.stdout)
