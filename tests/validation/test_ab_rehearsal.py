@@ -70,6 +70,8 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         "serving_router_metrics_port": metrics,
         # The rehearsal engine is up in a second; supervisor need not count 30 s before RUNNING.
         "serving_worker_startsecs": 3,
+        # A known router key (the lab generates one), for the direct request at the end.
+        "serving_router_api_key": "tuner-test-key",
     }
     root = rehearsal_inventory_copy.parent.parent / ".rehearsal" / "root"
     # What the checkpoint stage leaves on the host: the Hub stand-in's checkpoint, tokenizer included.
@@ -143,7 +145,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         request = urllib.request.Request(
             f"http://127.0.0.1:{router}/v1/completions",
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", "Authorization": "Bearer tuner-test-key"},
         )
         with urllib.request.urlopen(request, timeout=30) as response:
             usage = json.loads(response.read())["usage"]
