@@ -11,8 +11,10 @@ per variant by its PD_SIM_TPOT_MS env hook):
   the decode-concurrency check (sglang:num_running_reqs on decode's /metrics) rules it out.
 
 The tuner adopts decode-fast, records it on the host, and a later plain serve run keeps it: the same
-rendered programs, nothing restarted. Prompts are measured in tokens of the rehearsal checkpoint's
-tokenizer, which the engine counts with too.
+rendered programs, nothing restarted. Then the deployment is served with --max-running-requests 6
+(serving_max_running_requests, as a KV pool too small for 16 sequences would cap it): validation
+fails, saying decode never ran 16 requests at once. Prompts are measured in tokens of the rehearsal
+checkpoint's tokenizer, which the engine counts with too.
 """
 
 from __future__ import annotations
@@ -137,6 +139,23 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert "serves the adopted variant 'decode-fast'" in " ".join(again.stdout.split()).replace("''", "'")
         assert uptimes(config) == after
         assert (conf_d / "decode.conf").read_text() == decode_conf
+
+        # A decode capped below 16 running requests fails validation, saying so (the adopted variant stays).
+        capped = common | {"serving_max_running_requests": 6}
+        assert (
+            run_playbook("playbooks/serve.yml", rehearsal_inventory_copy, "-e", json.dumps(capped)).returncode
+            == 0
+        )
+        gate_run = capped | {
+            "validation_artifacts_dir": str(tmp_path / "capped"),
+            "validation_output_len": 64,
+        }
+        failed = run_playbook("playbooks/validate.yml", rehearsal_inventory_copy, "-e", json.dumps(gate_run))
+        assert failed.returncode != 0
+        assert "C=16: decode ran at most 6 requests at once" in " ".join(failed.stdout.split())
+        capped_report = json.loads((tmp_path / "capped" / "report.json").read_text())
+        assert not capped_report["passed"]
+        assert {g["name"] for g in capped_report["gates"] if not g["passed"]} >= {"C=16 decode concurrency"}
 
         # Token-exact: 100 tokens of the checkpoint's tokenizer are 100 prompt tokens to the engine.
         tokenizer = load_tokenizer(str(model_dir / "tokenizer.json"))
