@@ -1,7 +1,10 @@
 """`pd-bench`: measure an OpenAI-compatible server, gate the figures, write the report.
 
-    pd-bench run --url http://127.0.0.1:8000 --concurrency 1 16 --num-requests 8 64 --out run.json
-    pd-bench report run.json [more variants...] --threshold 1=10 --threshold 16=25 --out-dir report/
+    pd-bench run --url http://127.0.0.1:8000 --concurrency 1 16 --num-requests 8 64 \
+        --tokenizer /srv/models/DeepSeek-V4-Flash-NVFP4 --decode-metrics-url http://10.0.0.5:30001/metrics \
+        --out run.json
+    pd-bench report run.json [more variants...] --threshold 1=40 --threshold 16=130 \
+        --target 1=210 --target 16=1000 --check-decode-concurrency --out-dir report/
     pd-bench plot report/report.json
 
 `run` exits 2 when the correctness probe fails and 1 when a level's error rate exceeds
@@ -100,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
         "--max-error-rate", type=_fraction, default=0.0,
         help="exit 1 when a level's share of failed requests exceeds this (default 0: any failure)",
     )  # fmt: skip
+    run.add_argument(
+        "--decode-metrics-url",
+        action="append",
+        default=[],
+        help="a decode worker's /metrics: sglang:num_running_reqs is sampled while each level runs (repeat)",
+    )
+    run.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between /metrics reads")
     run.add_argument("--raw", action="store_true", help="keep every request's raw timestamps in the output")
     run.add_argument("--out", help="write the measurement JSON here")
 
@@ -107,6 +117,14 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("measurements", nargs="+", help="measurement JSON files from `pd-bench run`")
     rep.add_argument(
         "--threshold", type=_threshold, action="append", default=[], help="CONCURRENCY=MIN_TOK_S"
+    )
+    rep.add_argument(
+        "--target", type=_threshold, action="append", default=[], help="CONCURRENCY=TOK_S, reported only"
+    )
+    rep.add_argument(
+        "--check-decode-concurrency",
+        action="store_true",
+        help="gate each thresholded level above 1 on the decode workers' running-requests peak",
     )
     rep.add_argument("--selected", help="variant left running (default: the first)")
     rep.add_argument("--history", help="history of accepted runs (JSON lines)")
@@ -146,6 +164,9 @@ def _print_summary(result: dict[str, Any]) -> None:
         )
         for sample in p["error_samples"]:
             print(f"       error: {sample}")
+        running = p.get("decode_running")
+        if running:
+            print(f"       decode running requests: peak {running['peak']} of {p['concurrency']} asked")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -164,6 +185,8 @@ def _run(args: argparse.Namespace) -> int:
         probe=ProbeSpec(args.probe_prompt, args.probe_expect, args.probe_api),
         ready_timeout_s=args.ready_timeout,
         variant=args.variant,
+        decode_metrics_urls=args.decode_metrics_url,
+        metrics_interval_s=args.metrics_interval,
     )
     result = measure_sync(plan, keep_records=args.raw)
     if args.out:
@@ -183,24 +206,23 @@ def _report(args: argparse.Namespace) -> int:
     thresholds = dict(args.threshold)
     metadata = json.loads(Path(args.metadata).read_text(encoding="utf-8")) if args.metadata else {}
     last = history.last_accepted(args.history) if args.history else None
+    levels = [c for c in thresholds if c > 1] if args.check_decode_concurrency else []
     selection = (
-        select_fastest(measurements, max(thresholds) if thresholds else 16) if len(measurements) > 1 else None
+        select_fastest(measurements, max(thresholds) if thresholds else 16, thresholds, 0.0, levels)
+        if len(measurements) > 1
+        else None
     )
     report = build_report(
-        measurements,
-        selected,
-        thresholds,
-        args.regression_tolerance,
-        last,
-        metadata,
-        selection,
-        max_error_rate=args.max_error_rate,
-    )
+        measurements, selected, thresholds, args.regression_tolerance, last, metadata, selection,
+        max_error_rate=args.max_error_rate, targets=dict(args.target), decode_concurrency_levels=levels,
+    )  # fmt: skip
     paths = write_report(report, args.out_dir)
     if args.accept and args.history and report["passed"]:
         accept(report, args.history)
     for gate in report["gates"]:
         print(f"{'pass' if gate['passed'] else 'FAIL'}: {gate['message']}")
+    for target in report["targets"]:
+        print(f"not gated: {target['message']}")
     print(f"report: {paths['json']} {paths['markdown']} {paths['png'] or '(no plot)'}")
     return 0 if report["passed"] else 1
 

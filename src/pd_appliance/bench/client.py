@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from pd_appliance.bench.decode_metrics import RunningSampler
 from pd_appliance.bench.metrics import PhaseMetrics, RequestRecord, compute_phase
 from pd_appliance.bench.workload import API_PATHS, Workload
 
@@ -192,9 +193,16 @@ async def _closed_loop(
 
 
 async def run_phase(
-    endpoint: Endpoint, workload: Workload, prompts: Sequence[str], warmup_prompts: Sequence[str]
+    endpoint: Endpoint,
+    workload: Workload,
+    prompts: Sequence[str],
+    warmup_prompts: Sequence[str],
+    sampler: RunningSampler | None = None,
 ) -> tuple[PhaseMetrics, list[RequestRecord]]:
-    """Warm up (not counted), then measure `workload` and return its figures and raw records."""
+    """Warm up (not counted), then measure `workload` and return its figures and raw records.
+
+    `sampler` (the decode workers' running-requests gauge) runs alongside the measured requests only.
+    """
     if len(prompts) != workload.num_requests:
         raise ValueError(f"{len(prompts)} prompts for {workload.num_requests} requests")
     url = endpoint.url(workload.api)
@@ -212,14 +220,21 @@ async def run_phase(
                 workload.request_timeout_s,
                 workload.output_len,
             )
-        records, wall = await _closed_loop(
-            session,
-            url,
-            payloads(prompts),
-            workload.concurrency,
-            workload.request_timeout_s,
-            workload.output_len,
-        )
+        stop = asyncio.Event()
+        sampling = asyncio.create_task(sampler.run(stop)) if sampler is not None else None
+        try:
+            records, wall = await _closed_loop(
+                session,
+                url,
+                payloads(prompts),
+                workload.concurrency,
+                workload.request_timeout_s,
+                workload.output_len,
+            )
+        finally:
+            stop.set()
+            if sampling is not None:
+                await sampling
     return compute_phase(records, workload.concurrency, wall), records
 
 

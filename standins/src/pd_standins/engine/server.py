@@ -6,12 +6,19 @@ that room (through the prefill's bootstrap port, as SGLang's decode waits for th
 and then streams the tokens. Like SGLang's, the prefill answers once the decode took the room, and
 fails the request (500) when no decode does within SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT; the
 decode's wait is bounded by its waiting timeout and a heartbeat (pd_standins.engine.bootstrap).
-Output text is decided by pd_standins.engine.text.
+Output text and token counts are decided by pd_standins.engine.text.
+
+Running requests: like SGLang's scheduler, at most --max-running-requests requests run at once
+(a decode request from the moment its KV arrived, a prefill or plain request from the start); the
+others wait in the queue. sglang:num_running_reqs and sglang:num_queue_reqs report both, so a cap
+below the client's concurrency shows on /metrics as it does on a real decode worker whose KV pool
+is too small.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import time
@@ -34,7 +41,7 @@ from pd_standins.engine.bootstrap import (
     rendezvous,
 )
 from pd_standins.engine.metrics import EngineMetrics, RequestMetrics
-from pd_standins.engine.text import CannedCompletions, Completion, complete, count_prompt_tokens
+from pd_standins.engine.text import CannedCompletions, Completion, TokenCounter, complete
 
 UNGUARDED_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
 ROLES = ("null", "prefill", "decode")
@@ -135,6 +142,9 @@ class SimWorker:
         self.rooms = _MeteredRooms(config.rendezvous_timeout_s)
         self.stats = _Stats()
         self.decode_waiting = 0
+        self.queued = 0
+        self.slots = asyncio.Semaphore(max(1, int(config.max_running_requests)))
+        self.tokens = TokenCounter.for_model(config.model_path)
         self.sglang_metrics = EngineMetrics(
             config.role,
             config.model_name,
@@ -142,6 +152,7 @@ class SimWorker:
             transfer_queue=lambda: float(
                 len(self.rooms.ready_at) if config.role == "prefill" else self.decode_waiting
             ),
+            queued=lambda: float(self.queued),
         )
         self.rooms.metrics = self.sglang_metrics
 
@@ -314,13 +325,36 @@ class SimWorker:
             raise BadRequest("request body must be a JSON object")
         return body
 
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        """One of --max-running-requests slots, held while the request runs; waiting is queueing."""
+        self.queued += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.queued -= 1
+        self.stats.running += 1
+        try:
+            yield
+        finally:
+            self.stats.running -= 1
+            self.slots.release()
+
     async def _run(
-        self, body: dict[str, Any], prompt: str, prompt_tokens: int, max_tokens: int
+        self,
+        body: dict[str, Any],
+        prompt: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        stack: contextlib.AsyncExitStack,
     ) -> Completion:
-        """Spend the simulated prefill (and the PD rendezvous); return the output to pace."""
+        """Spend the simulated prefill (and the PD rendezvous); return the output to pace. The
+        request takes a running slot on `stack` (released when the caller's stack closes)."""
         ignore_eos = bool(body.get("ignore_eos") or (body.get("sampling_params") or {}).get("ignore_eos"))
         role = self.config.role
         rooms = _as_list(body.get("bootstrap_room"))
+        if role != "decode":
+            await stack.enter_async_context(self._running())
         if role == "prefill":
             arrived = time.monotonic()
             await asyncio.sleep(self.config.ttft_s)
@@ -355,9 +389,10 @@ class SimWorker:
                 raise
             finally:
                 self.decode_waiting -= 1
+            await stack.enter_async_context(self._running())
         else:
             await asyncio.sleep(self.config.ttft_s)
-        return complete(prompt, max_tokens, self.config.canned, ignore_eos)
+        return complete(prompt, max_tokens, self.config.canned, ignore_eos, self.tokens)
 
     async def _paced(self, tokens: tuple[str, ...], req: RequestMetrics) -> AsyncIterator[str]:
         for i, token in enumerate(tokens):
@@ -390,7 +425,7 @@ class SimWorker:
             raise BadRequest("batched /generate is not simulated; send one prompt per request")
         if "text" in body:
             prompt = str(body["text"])
-            prompt_tokens = count_prompt_tokens(prompt)
+            prompt_tokens = self.tokens.count(prompt)
         elif isinstance(body.get("input_ids"), list):
             prompt = " ".join(str(t) for t in body["input_ids"])
             prompt_tokens = max(1, len(body["input_ids"]))
@@ -400,10 +435,9 @@ class SimWorker:
         max_tokens = _int(params.get("max_new_tokens", 128), "sampling_params.max_new_tokens")
         rid = str(body.get("rid") or uuid.uuid4().hex)
         req = self.sglang_metrics.request(bool(body.get("stream")))
-        self.stats.running += 1
-        try:
+        async with contextlib.AsyncExitStack() as stack:
             started = time.monotonic()
-            result = await self._run(body, prompt, prompt_tokens, max_tokens)
+            result = await self._run(body, prompt, prompt_tokens, max_tokens, stack)
 
             def meta(done: int, final: bool) -> dict[str, Any]:
                 info: dict[str, Any] = {
@@ -452,8 +486,6 @@ class SimWorker:
             self._account(req, prompt_tokens, done)
             await response.write_eof()
             return response
-        finally:
-            self.stats.running -= 1
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
@@ -483,15 +515,14 @@ class SimWorker:
     ) -> web.StreamResponse:
         limit = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_new_tokens")
         max_tokens = _int(limit if limit is not None else (128 if chat else 16), "max_tokens")
-        prompt_tokens = count_prompt_tokens(prompt)
+        prompt_tokens = self.tokens.count(prompt)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
         model = str(body.get("model") or self.config.model_name)
         req = self.sglang_metrics.request(bool(body.get("stream")))
-        self.stats.running += 1
-        try:
-            result = await self._run(body, prompt, prompt_tokens, max_tokens)
+        async with contextlib.AsyncExitStack() as stack:
+            result = await self._run(body, prompt, prompt_tokens, max_tokens, stack)
 
             def usage(done: int) -> dict[str, int]:
                 return {
@@ -546,8 +577,6 @@ class SimWorker:
             self._account(req, prompt_tokens, done)
             await response.write_eof()
             return response
-        finally:
-            self.stats.running -= 1
 
 
 def _as_list(value: Any) -> list[Any]:
