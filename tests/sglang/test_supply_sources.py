@@ -132,3 +132,52 @@ def test_wheelhouse_is_hashed_for_real(tmp_path: Path) -> None:
     assert index.check(good, "3.11", wheelhouse=tmp_path) == []
     [problem] = index.check(bad, "3.11", wheelhouse=tmp_path)
     assert problem.startswith("demo==1.0: no sha256 in the lock matches demo-1.0-py3-none-any.whl")
+
+
+def _flaky_index(failures: int, fail_code: int):
+    """A local simple index that answers `fail_code` `failures` times, then lists one wheel."""
+    import http.server
+    import threading
+
+    hits: list[int] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(1)
+            if len(hits) <= failures:
+                self.send_error(fail_code)
+                return
+            body = b'<a href="demo-1.0-py3-none-any.whl#sha256=' + b"ab" * 32 + b'">demo</a>'
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, hits
+
+
+def test_index_lookup_retries_a_transient_failure_and_not_a_missing_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pd_appliance.supply import index
+
+    monkeypatch.setattr(index, "INDEX_BACKOFF_S", 0.01)
+    server, hits = _flaky_index(2, 503)
+    try:
+        files = index.index_files(f"http://127.0.0.1:{server.server_address[1]}/simple/", "demo")
+    finally:
+        server.shutdown()
+    assert [f.filename for f in files] == ["demo-1.0-py3-none-any.whl"] and len(hits) == 3
+
+    server, hits = _flaky_index(10, 404)
+    try:
+        with pytest.raises(OSError, match="404"):
+            index.index_files(f"http://127.0.0.1:{server.server_address[1]}/simple/", "demo")
+    finally:
+        server.shutdown()
+    assert len(hits) == 1  # an answer, not a glitch: asked once
