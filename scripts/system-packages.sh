@@ -9,7 +9,7 @@ set -euo pipefail
 # package -> why the tests need it
 declare -A NEEDED=(
   [patch]="GNU patch: the SGLang patch series check"
-  [openssh-server]="sshd: the multi-host scenario's hosts are reached over SSH"
+  [openssh-client]="ssh: the molecule scenarios reach their container hosts over SSH"
   [dpkg-dev]="dpkg-scanpackages: the stand-in apt repository (molecule/driver)"
   [gnupg]="gpg: signs the stand-in apt repository"
   [iproute2]="ss and ip: preflight's port checks, the container networks"

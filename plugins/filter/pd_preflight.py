@@ -90,12 +90,21 @@ def pd_preflight_listener_errors(
 
 
 def pd_preflight_host_ports(variables: dict[str, Any], groups: list[str]) -> dict[str, Any]:
-    return {
-        name: variables[name]
-        for role in groups
-        for name in preflight.ROLE_PORT_VARIABLES.get(role, ())
-        if name in variables
-    }
+    return preflight.host_ports(groups, variables)
+
+
+def pd_preflight_memory_errors(
+    variables: dict[str, Any],
+    host: str,
+    roles: list[str],
+    checkpoint_bytes: Any,
+    checkpoint_source: str,
+    gpu_memory: Any,
+    gpu_memory_source: str,
+) -> list[str]:
+    return preflight.memory_errors(
+        host, roles, variables, int(checkpoint_bytes or 0), checkpoint_source, gpu_memory, gpu_memory_source
+    )
 
 
 def _pid(value: Any) -> int | None:
@@ -120,4 +129,5 @@ class FilterModule:
             "pd_preflight_supervisord_errors": pd_preflight_supervisord_errors,
             "pd_preflight_listener_errors": pd_preflight_listener_errors,
             "pd_preflight_host_ports": pd_preflight_host_ports,
+            "pd_preflight_memory_errors": pd_preflight_memory_errors,
         }

@@ -13,7 +13,7 @@ except ImportError:  # pragma: no cover - depends on how ansible-playbook was in
 
 from ansible.errors import AnsibleFilterError
 
-from pd_appliance.serving import commands, pinning, supervisor_format
+from pd_appliance.serving import commands, pinning, supervisor_format, topology
 
 
 def _wrap(function: Any) -> Any:
@@ -32,12 +32,45 @@ def _merge_env(layers: list[Any]) -> dict[str, str]:
     return supervisor_format.merge_env(*layers)
 
 
+def _topology(raw: Any, host: str, advertise_host: Any, roles: list[str]) -> list[dict[str, Any]]:
+    """The published form of a host's serving_instances (never fails: preflight reports problems)."""
+    return topology.published(raw, host, str(advertise_host or ""), roles)
+
+
+def _instances(
+    raw: Any, roles: list[str], host: str, advertise_host: Any, reserved_ports: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """A host's serving_instances, checked (every problem in one error), in the published form."""
+    found = topology.instances(raw, roles, host, str(advertise_host or ""), reserved_ports)
+    return [instance.as_dict() for instance in found]
+
+
+def _topology_of(hosts: list[str], hostvars: Any) -> list[dict[str, Any]]:
+    """Every instance of `hosts`, from their pd_serving_topology facts, in inventory order."""
+    out: list[dict[str, Any]] = []
+    for host in dict.fromkeys(hosts):
+        try:
+            published = hostvars[host]["pd_serving_topology"]
+        except KeyError:
+            published = None
+        if published is None:
+            raise topology.TopologyError(
+                f"the serving instances of {host} are not known in this run (its fact pd_serving_topology is "
+                f"set when a play runs on it): run the playbook with every PD host, without --limit"
+            )
+        out += list(published)
+    return out
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, object]:
         return {
-            "pd_serving_check_gpu_sets": _wrap(pinning.check_gpu_sets),
+            "pd_serving_published": _topology,
+            "pd_serving_instances": _wrap(_instances),
+            "pd_serving_topology_of": _wrap(_topology_of),
+            "pd_serving_memory_fit_errors": _wrap(topology.memory_fit_errors),
             "pd_serving_gpu_binding": _wrap(pinning.gpu_binding),
             "pd_serving_merge_env": _wrap(_merge_env),
             "pd_serving_supervisor_environment": _wrap(supervisor_format.supervisor_environment),

@@ -11,6 +11,8 @@ description:
     then runs I(num_requests) streamed requests (fixed lengths, ignore_eos, a warm-up not counted) at
     each level of I(concurrency) and returns every figure (output tok/s, per-request decode tok/s,
     TTFT/TPOT/ITL p50/p90/p99, errors, wall time) as C(measurement).
+  - While each level is measured it samples C(sglang:num_running_reqs) on every I(decode_metrics_urls)
+    and records the peak number of requests the decode workers ran at once (C(decode_running)).
   - Never fails on what it measures (errors, timeouts, a wrong answer are figures for the gates);
     fails only on bad arguments. Changes nothing on the host (C(changed=false)); in check mode it
     measures nothing.
@@ -53,9 +55,23 @@ options:
     type: int
     default: 256
   tokenizer:
-    description: >-
-      tokenizer.json for exact input token counts; a missing file or library falls back to characters.
+    description: tokenizer.json for exact input token counts.
     type: path
+  tokenizer_required:
+    description: >-
+      Fail when I(tokenizer) is given but its file or the C(tokenizers) library is missing; false falls
+      back to measuring prompts in characters (the measurement says which).
+    type: bool
+    default: true
+  decode_metrics_urls:
+    description: Each decode worker's /metrics, sampled while each level is measured.
+    type: list
+    elements: str
+    default: []
+  metrics_interval_s:
+    description: Seconds between two reads of I(decode_metrics_urls).
+    type: float
+    default: 1.0
   request_timeout_s:
     description: Seconds one request may take; beyond it counts as failed.
     type: float
@@ -128,6 +144,9 @@ ARGUMENT_SPEC = {
     "input_len": {"type": "int", "default": 1024},
     "output_len": {"type": "int", "default": 256},
     "tokenizer": {"type": "path"},
+    "tokenizer_required": {"type": "bool", "default": True},
+    "decode_metrics_urls": {"type": "list", "elements": "str", "default": []},
+    "metrics_interval_s": {"type": "float", "default": 1.0},
     "request_timeout_s": {"type": "float", "default": 600.0},
     "ready_timeout_s": {"type": "float", "default": 0.0},
     "probe_prompt": {"type": "str", "default": "The capital of France is"},
@@ -174,10 +193,12 @@ def main() -> None:
             model=p["model"],
             api_key=p["api_key"],
             tokenizer=p["tokenizer"],
-            tokenizer_required=False,
+            tokenizer_required=p["tokenizer_required"],
             probe=probe,
             ready_timeout_s=p["ready_timeout_s"],
             variant=p["variant"],
+            decode_metrics_urls=p["decode_metrics_urls"],
+            metrics_interval_s=p["metrics_interval_s"],
         )
         measurement = measure_sync(plan)
     except WorkloadError as err:

@@ -65,6 +65,15 @@ options:
     description: Draw report.png when matplotlib is importable.
     type: bool
     default: true
+  targets:
+    description: "The target line: output tok/s per concurrency, e.g. C({1: 210, 16: 1000}); never gated."
+    type: dict
+    default: {}
+  decode_concurrency_levels:
+    description: Levels whose decode concurrency is gated (decode's running requests must reach the level).
+    type: list
+    elements: int
+    default: []
 """
 
 EXAMPLES = r"""
@@ -103,15 +112,19 @@ accepted:
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
-def _thresholds(module: AnsibleModule, raw: dict) -> dict[int, float]:
+def _thresholds(module: AnsibleModule, raw: dict, name: str = "thresholds") -> dict[int, float]:
     out: dict[int, float] = {}
     for key, value in raw.items():
         try:
             level, limit = int(key), float(value)
         except (TypeError, ValueError):
             module.fail_json(
-                msg=f"thresholds: {key!r}: {value!r} is not CONCURRENCY: MIN_TOK_S; set "
-                "validation_min_output_tok_s_bs1 / validation_min_output_tok_s_c16 to numbers"
+                msg=f"{name}: {key!r}: {value!r} is not CONCURRENCY: TOK_S; set "
+                + (
+                    "validation_min_output_tok_s_bs1 / validation_min_output_tok_s_c16 to numbers"
+                    if name == "thresholds"
+                    else "validation_target_output_tok_s to {concurrency: tok/s}"
+                )
             )
         out[level] = limit
     return out
@@ -133,6 +146,8 @@ def main() -> None:
             "final_probe": {"type": "dict"},
             "error": {"type": "str", "default": ""},
             "plot": {"type": "bool", "default": True},
+            "targets": {"type": "dict", "default": {}},
+            "decode_concurrency_levels": {"type": "list", "elements": "int", "default": []},
         },
         supports_check_mode=True,
     )
@@ -161,6 +176,8 @@ def main() -> None:
             p["error"],
             history_error,
             p["final_probe"],
+            _thresholds(module, p["targets"], "targets"),
+            p["decode_concurrency_levels"],
         )
     except ReportError as err:
         module.fail_json(msg=f"pd_bench_report: {err}")
@@ -177,6 +194,7 @@ def main() -> None:
         paths=paths,
         accepted=entry,
         figures=report["figures"],
+        targets=report["targets"],
     )
 
 

@@ -993,6 +993,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    report_out = sys.stdout
+    if args.json:
+        # The JSON is the only thing on stdout: NIXL's and UCX's C code (at teardown too, after the
+        # report) and the target agent's process write to file descriptor 1, which from here on is
+        # stderr; the report goes to a private copy of the real stdout.
+        sys.stdout.flush()
+        report_out = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
     required = args.require if args.require is not None else ["UCX"]
     os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
     source = "none"
@@ -1029,7 +1037,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"the PCIe links could not be read under load: {type(exc).__name__}: {exc}"
             )
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2), flush=True)
+        print(json.dumps(report.to_dict(), indent=2), file=report_out, flush=True)
     print(format_report(report), file=sys.stderr)
     return 0 if report.ok else 1
 

@@ -9,53 +9,29 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from pd_appliance.serving import topology
+
 PD_ROLES = ("prefill", "decode", "router")
 _PID_RE = re.compile(r"pid=(\d+)")
 
-# Ports each serving role opens on its host, by the variable that sets them.
-ROLE_PORT_VARIABLES: dict[str, tuple[str, ...]] = {
-    "prefill": ("serving_prefill_port", "serving_bootstrap_port"),
-    "decode": ("serving_decode_port",),
-    "router": ("serving_router_port", "serving_router_metrics_port"),
-}
+# Ports the router opens on its host, by the variable that sets them.
+ROUTER_PORT_VARIABLES = ("serving_router_port", "serving_router_metrics_port")
 
 
-def _gpu_set_errors(host: str, variable: str, gpus: Any, gpu_count: int | None) -> list[str]:
-    if not isinstance(gpus, Sequence) or isinstance(gpus, str) or not gpus:
-        return [f"{host}: {variable} must be a non-empty list of GPU indices, got {gpus!r}."]
-    errors = []
-    if any(not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in gpus):
-        errors.append(f"{host}: {variable}={list(gpus)} holds a value that is not a GPU index (0, 1, ...).")
-        return errors
-    duplicates = sorted({g for g in gpus if list(gpus).count(g) > 1})
-    if duplicates:
-        errors.append(f"{host}: {variable}={list(gpus)} lists GPU {duplicates} more than once.")
-    if gpu_count is not None:
-        missing = sorted(g for g in gpus if g >= gpu_count)
-        if missing:
-            errors.append(
-                f"{host}: {variable}={list(gpus)} names GPU {missing}, but the host has {gpu_count} GPU(s) "
-                f"(indices 0-{gpu_count - 1}). Fix {variable} in the inventory."
-            )
-    return errors
+def _instances(roles: Sequence[str], variables: Mapping[str, Any]) -> tuple[Any, bool]:
+    """The host's instance list and whether it is the per-role default.
 
-
-def _tp_errors(host: str, role: str, gpus: Any, tp_size: Any) -> list[str]:
-    variable = f"serving_{role}_tp_size"
-    if not isinstance(tp_size, int) or isinstance(tp_size, bool) or tp_size < 1:
-        return [f"{host}: {variable} must be a positive integer, got {tp_size!r}."]
-    if isinstance(gpus, Sequence) and not isinstance(gpus, str) and len(gpus) != tp_size:
-        return [
-            f"{host}: {variable}={tp_size} but serving_{role}_gpus has {len(gpus)} GPU(s) {list(gpus)}: "
-            f"TP size must equal the number of GPUs. Set {variable}: {len(gpus)} or give "
-            f"serving_{role}_gpus {tp_size} GPUs."
-        ]
-    return []
+    `variables["serving_instances"]` is what the inventory (or -e) set; absent or None means the
+    host uses the layout the per-role variables describe, and messages then name those.
+    """
+    raw = variables.get("serving_instances")
+    if raw is None:
+        return topology.default_instances(roles, variables), True
+    return raw, False
 
 
 def topology_errors(
@@ -64,57 +40,63 @@ def topology_errors(
     gpu_count: int | None,
     variables: Mapping[str, Any],
 ) -> list[str]:
-    """Check the GPU sets, TP sizes and ports of the PD roles `host` carries.
+    """Check the instances (GPU sets, TP sizes, ports) and the router's ports of one host.
 
-    `variables` holds the host's serving_* values; `gpu_count` is None when the host's GPUs could
-    not be counted (then only the inventory's own consistency is checked).
+    `variables` holds the host's serving_* values: serving_instances when the inventory sets it,
+    else the per-role variables, plus the router's ports. `gpu_count` is None when the host's
+    GPUs could not be counted (then only the inventory's own consistency is checked).
     """
     roles = [r for r in roles if r in PD_ROLES]
-    errors: list[str] = []
-    gpu_roles = [r for r in roles if r in ("prefill", "decode")]
-    for role in gpu_roles:
-        gpus = variables.get(f"serving_{role}_gpus")
-        errors += _gpu_set_errors(host, f"serving_{role}_gpus", gpus, gpu_count)
-        errors += _tp_errors(host, role, gpus, variables.get(f"serving_{role}_tp_size"))
-    if len(gpu_roles) == 2:
-        prefill = variables.get("serving_prefill_gpus") or []
-        decode = variables.get("serving_decode_gpus") or []
-        shared = sorted(set(prefill) & set(decode)) if _all_ints(prefill) and _all_ints(decode) else []
-        if shared:
-            errors.append(
-                f"{host}: serving_prefill_gpus={list(prefill)} and serving_decode_gpus={list(decode)} "
-                f"share GPU {shared}; prefill and decode on one host need disjoint GPU sets "
-                f"(the lab default is [0, 1, 2, 3] and [4, 5, 6, 7])."
-            )
-    errors += port_errors(host, roles, variables)
-    return errors
+    raw, per_role = _instances(roles, variables)
+    reserved = {v: variables.get(v) for v in ROUTER_PORT_VARIABLES} if "router" in roles else {}
+    return topology.problems(host, raw, roles, gpu_count, reserved, per_role=per_role)
 
 
-def _all_ints(values: Any) -> bool:
-    return isinstance(values, Sequence) and all(isinstance(v, int) for v in values)
+def host_ports(roles: Iterable[str], variables: Mapping[str, Any]) -> dict[str, int]:
+    """Every port this host's programs open, by the variable (or serving_instances entry) that sets it."""
+    roles = [r for r in roles if r in PD_ROLES]
+    raw, per_role = _instances(roles, variables)
+    ports: dict[str, int] = {}
+    for i, inst in enumerate(topology.published(raw, roles=roles)):
+        fields = topology.PER_ROLE_VARIABLES[inst["role"]] if per_role else {}
+        for key in ("port", "bootstrap_port"):
+            if isinstance(inst.get(key), int):
+                label = fields.get(key) or f"{topology.VARIABLE}[{i}].{key} of pd:{inst['name']}"
+                ports[label] = inst[key]
+    if "router" in roles:
+        for variable in ROUTER_PORT_VARIABLES:
+            value = variables.get(variable)
+            if isinstance(value, int | str) and str(value).strip().isdigit():
+                ports[variable] = int(value)
+    return ports
 
 
-def port_errors(host: str, roles: Iterable[str], variables: Mapping[str, Any]) -> list[str]:
-    """Every port opened on one host must be a valid TCP port and used once."""
-    errors: list[str] = []
-    users: dict[int, list[str]] = defaultdict(list)
-    for role in roles:
-        for variable in ROLE_PORT_VARIABLES.get(role, ()):
-            port = variables.get(variable)
-            if isinstance(port, str) and port.strip().isdigit():
-                port = int(port)  # `-e serving_decode_port=30555` arrives as a string
-            if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-                errors.append(f"{host}: {variable} must be a TCP port (1-65535), got {port!r}.")
-                continue
-            if variable not in users[port]:
-                users[port].append(variable)
-    for port, names in sorted(users.items()):
-        if len(names) > 1:
-            errors.append(
-                f"{host}: port {port} is used by {' and '.join(names)}; each server on a host needs its own "
-                f"port. Change one of them in the inventory."
-            )
-    return errors
+def memory_errors(
+    host: str,
+    roles: Iterable[str],
+    variables: Mapping[str, Any],
+    checkpoint_bytes: int,
+    checkpoint_source: str,
+    gpu_memory: Any,
+    gpu_memory_source: str,
+) -> list[str]:
+    """Refuse an instance whose TP share of the checkpoint cannot fit one of its GPUs.
+
+    `variables` as for topology_errors, plus serving_mem_fraction_static and the per-role extra
+    args (serving_prefill_extra_args, serving_decode_extra_args), which may set the fraction.
+    """
+    roles = [r for r in roles if r in PD_ROLES]
+    raw, _ = _instances(roles, variables)
+    return topology.memory_fit_errors(
+        topology.published(raw, host, roles=roles),
+        host,
+        checkpoint_bytes,
+        checkpoint_source,
+        gpu_memory,
+        gpu_memory_source,
+        variables["serving_mem_fraction_static"],
+        {role: variables.get(f"serving_{role}_extra_args") or [] for role in topology.WORKER_ROLES},
+    )
 
 
 def missing_variable_errors(host: str, required: Iterable[str], values: Mapping[str, Any]) -> list[str]:

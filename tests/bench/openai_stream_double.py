@@ -37,6 +37,8 @@ class DoubleConfig:
     short_requests: set[int] = field(default_factory=set)  # stop one token early (ignored ignore_eos)
     drop_done_requests: set[int] = field(default_factory=set)  # close without [DONE]
     not_ready_polls: int = 0  # /readiness answers 503 this many times first
+    # Requests generating at once (like SGLang's --max-running-requests); the rest wait. 0 = no cap.
+    max_running: int = 0
 
 
 @dataclass
@@ -56,6 +58,8 @@ class OpenAIStreamDouble:
         self.bodies: list[dict[str, Any]] = []
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.running = 0
+        self._slots: asyncio.Semaphore | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -65,7 +69,18 @@ class OpenAIStreamDouble:
         app.router.add_get("/readiness", self._readiness)
         app.router.add_get("/health", self._health)
         app.router.add_get("/server_records", self._server_records)
+        app.router.add_get("/metrics", self._metrics)
         return app
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """SGLang's running-requests gauge (stats-logging rank 0), the number generating now."""
+        labels = 'engine_type="decode",model_name="double-model",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+        text = (
+            "# HELP sglang:num_running_reqs The number of running requests.\n"
+            "# TYPE sglang:num_running_reqs gauge\n"
+            f"sglang:num_running_reqs{{{labels}}} {float(self.running)}\n"
+        )
+        return web.Response(text=text, content_type="text/plain")
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         # A short shutdown timeout: a hung-stream fault must not hold the test for a minute.
@@ -131,6 +146,28 @@ class OpenAIStreamDouble:
         self.records.append(record)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if cfg.max_running and self._slots is None:
+            self._slots = asyncio.Semaphore(cfg.max_running)
+        if self._slots is not None:
+            await self._slots.acquire()
+        self.running += 1
+        try:
+            return await self._stream(response, body, number, tokens, record, chat)
+        finally:
+            self.running -= 1
+            if self._slots is not None:
+                self._slots.release()
+
+    async def _stream(
+        self,
+        response: web.StreamResponse,
+        body: dict[str, Any],
+        number: int,
+        tokens: list[str],
+        record: ServerRecord,
+        chat: bool,
+    ) -> web.StreamResponse:
+        cfg = self.config
         if cfg.ttft_s:
             await asyncio.sleep(cfg.ttft_s)
         step = max(cfg.tokens_per_chunk, 1)
@@ -163,6 +200,7 @@ async def _serve_forever(args: argparse.Namespace) -> None:
             probe_answer=args.probe_answer,
             fail_requests=_numbers(args.fail_requests),
             hang_requests=_numbers(args.hang_requests),
+            max_running=args.max_running,
         )
     )
     await double.start(port=args.port)
@@ -183,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probe-answer", default=PROBE_ANSWER)
     parser.add_argument("--fail-requests", default="", help="request numbers answered HTTP 500, e.g. 3,7")
     parser.add_argument("--hang-requests", default="", help="request numbers that stall after one chunk")
+    parser.add_argument("--max-running", type=int, default=0, help="requests generating at once (0: no cap)")
     args = parser.parse_args(argv)
     asyncio.run(_serve_forever(args))
 

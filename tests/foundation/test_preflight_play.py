@@ -45,6 +45,39 @@ CASES = {
         {"serving_decode_port": "thirty-thousand"},
         "serving_decode_port",
     ),
+    "instances_overlap_and_share_a_port": (
+        {
+            "serving_instances": [
+                {"role": "prefill", "gpus": [0, 1], "tp_size": 2, "port": 47100, "bootstrap_port": 47102},
+                {"role": "decode", "gpus": [1, 2], "tp_size": 2, "port": 47101},
+                {"role": "decode", "gpus": [4, 5], "tp_size": 2, "port": 47101},
+            ]
+        },
+        "serving_instances[0].gpus=[0, 1] and serving_instances[1].gpus=[1, 2] share GPU [1]",
+    ),
+    "instance_without_bootstrap_port": (
+        {
+            "serving_instances": [
+                {"role": "prefill", "gpus": [0, 1], "port": 47100},
+                {"role": "decode", "gpus": [2, 3], "port": 47101},
+            ]
+        },
+        "serving_instances[0].bootstrap_port must be a TCP port (1-65535), got None",
+    ),
+    # The lab's checkpoint size on one GPU: 149 GB of weights against 0.88 x 97887 MiB.
+    "tp1_share_exceeds_gpu_memory": (
+        {
+            "checkpoint_size_bytes": 149000000000,
+            "serving_instances": [
+                {"role": "prefill", "gpus": [0, 1], "port": 47100, "bootstrap_port": 47102},
+                {"role": "decode", "gpus": [2], "port": 47101},
+            ],
+        },
+        "pd:decode (decode, tp_size 1 on GPU(s) [2]) needs 149000000000 bytes (138.8 GiB) of weights per "
+        "GPU (checkpoint 149000000000 bytes from checkpoint_size_bytes / tp_size 1), but a GPU offers "
+        "90324923842 bytes (84.1 GiB): 0.88 (serving_mem_fraction_static) of its 97887 MiB (the simulated "
+        "GPUs, appliance_simulated_gpus). In serving_instances give it at least 2 GPUs (tp_size 2)",
+    ),
 }
 
 

@@ -69,8 +69,157 @@ def test_ports_only_count_roles_on_the_host():
 
 
 def test_invalid_port():
-    errors = preflight.port_errors("h", ["router"], with_(serving_router_port=70000))
+    errors = preflight.topology_errors("h", ["router"], 8, with_(serving_router_port=70000))
     assert errors == ["h: serving_router_port must be a TCP port (1-65535), got 70000."]
+
+
+# ---- serving_instances: any number of prefill and decode instances per host -----------------------
+def _inst(role, gpus, port, bootstrap=None, **more):
+    entry = {"role": role, "gpus": gpus, "tp_size": len(gpus), "port": port, **more}
+    if bootstrap is not None:
+        entry["bootstrap_port"] = bootstrap
+    return entry
+
+
+P1_D3 = [_inst("prefill", [0, 1], 30000, 8998), _inst("decode", [2, 3], 30001),
+         _inst("decode", [4, 5], 30002), _inst("decode", [6, 7], 30003)]  # fmt: skip
+P2_D2 = [_inst("prefill", [0, 1], 30000, 8998), _inst("prefill", [2, 3], 30002, 8999),
+         _inst("decode", [4, 5], 30001), _inst("decode", [6, 7], 30003)]  # fmt: skip
+
+
+def test_the_issues_layouts_on_one_8_gpu_host_are_clean():
+    assert preflight.topology_errors("h", ALL_ROLES, 8, LAB) == []
+    assert preflight.topology_errors("h", ALL_ROLES, 8, with_(serving_instances=P1_D3)) == []
+    assert preflight.topology_errors("h", ALL_ROLES, 8, with_(serving_instances=P2_D2)) == []
+
+
+def test_instances_sharing_a_gpu_are_named_by_entry():
+    layout = [*P1_D3[:3], _inst("decode", [5, 6], 30003)]
+    assert preflight.topology_errors("h", ALL_ROLES, 8, with_(serving_instances=layout)) == [
+        "h: serving_instances[2].gpus=[4, 5] and serving_instances[3].gpus=[5, 6] share GPU [5]; instances "
+        "on one host need disjoint GPU sets (the lab default is [0, 1, 2, 3] and [4, 5, 6, 7])."
+    ]
+
+
+def test_instance_gpu_beyond_the_host_and_tp_mismatch():
+    layout = [P1_D3[0], _inst("decode", [2, 3], 30001, tp_size=4), _inst("decode", [8, 9], 30002)]
+    errors = preflight.topology_errors("h", ALL_ROLES, 8, with_(serving_instances=layout))
+    assert errors == [
+        "h: serving_instances[1].tp_size=4 but serving_instances[1].gpus has 2 GPU(s) [2, 3]: TP size must "
+        "equal the number of GPUs. Set serving_instances[1].tp_size: 2 or give serving_instances[1].gpus 4 "
+        "GPUs.",
+        "h: serving_instances[2].gpus=[8, 9] names GPU [8, 9], but the host has 8 GPU(s) (indices 0-7). Fix "
+        "serving_instances[2].gpus in the inventory.",
+    ]
+
+
+def test_ports_collide_across_instances_bootstrap_and_router():
+    layout = [
+        _inst("prefill", [0, 1], 30000, 30002),
+        _inst("decode", [2, 3], 30002),
+        _inst("decode", [4, 5], 8000),
+    ]
+    errors = preflight.topology_errors("h", ALL_ROLES, 8, with_(serving_instances=layout))
+    assert errors == [
+        "h: port 8000 is used by serving_instances[2].port and serving_router_port; each server on a host "
+        "needs its own port. Change one of them in the inventory.",
+        "h: port 30002 is used by serving_instances[0].bootstrap_port and serving_instances[1].port; each "
+        "server on a host needs its own port. Change one of them in the inventory.",
+    ]
+
+
+def test_bootstrap_port_belongs_to_prefill_instances_only():
+    layout = [_inst("prefill", [0, 1], 30000), _inst("decode", [2, 3], 30001, 8999)]
+    errors = preflight.topology_errors("h", ["prefill", "decode"], 8, with_(serving_instances=layout))
+    assert errors == [
+        "h: serving_instances[0].bootstrap_port must be a TCP port (1-65535), got None: every prefill "
+        "instance needs its own disaggregation bootstrap port (decode dials it for the KV).",
+        "h: serving_instances[1] (decode) is a decode instance with bootstrap_port 8999; only prefill "
+        "instances open one. Remove it.",
+    ]
+
+
+def test_roles_must_match_the_hosts_groups():
+    errors = preflight.topology_errors("d", ["decode"], 8, with_(serving_instances=[P1_D3[0]]))
+    assert errors == [
+        "d: serving_instances[0] (prefill) is a prefill instance but the host is not in inventory group "
+        "prefill (the router finds prefill instances by that group): add the host to group prefill or "
+        "remove the instance.",
+        "d: the host is in inventory group decode but serving_instances has no decode instance: add one "
+        "(role: decode) or take the host out of group decode.",
+    ]
+
+
+def test_program_names_are_unique_readable_and_keys_known():
+    layout = [P1_D3[0], _inst("decode", [2, 3], 30001, name="decode-1"), _inst("decode", [4, 5], 30002),
+              _inst("decode", [6, 7], 30003, name="fast decode", tp=2)]  # fmt: skip
+    errors = preflight.topology_errors("h", ALL_ROLES, 8, with_(serving_instances=layout))
+    assert errors == [
+        "h: serving_instances[3] (fast decode) has unknown key(s) ['tp']; an instance takes role, name, "
+        "gpus, tp_size, port, bootstrap_port, env, extra_args.",
+        "h: serving_instances[3].name='fast decode' is not a program name for a decode instance: use "
+        "decode or decode-<letters, digits, _> (it becomes pd:<name>).",
+        "h: serving_instances entries [1, 2] would all be the program pd:decode-1: give each its own name "
+        "(or leave name out: several instances of a role are numbered decode-0, -1, ...).",
+    ]
+
+
+def test_host_ports_name_every_instance_port():
+    assert preflight.host_ports(ALL_ROLES, LAB) == {
+        "serving_prefill_port": 30000, "serving_bootstrap_port": 8998, "serving_decode_port": 30001,
+        "serving_router_port": 8000, "serving_router_metrics_port": 29000,
+    }  # fmt: skip
+    ports = preflight.host_ports(["prefill", "decode"], with_(serving_instances=P2_D2))
+    assert ports == {
+        "serving_instances[0].port of pd:prefill-0": 30000,
+        "serving_instances[0].bootstrap_port of pd:prefill-0": 8998,
+        "serving_instances[1].port of pd:prefill-1": 30002,
+        "serving_instances[1].bootstrap_port of pd:prefill-1": 8999,
+        "serving_instances[2].port of pd:decode-0": 30001,
+        "serving_instances[3].port of pd:decode-1": 30003,
+    }
+
+
+# ---- each instance's TP share of the weights must fit its GPUs -----------------------------------
+CHECKPOINT = 149_000_000_000  # checkpoint_size_bytes of the lab (DeepSeek-V4-Flash NVFP4)
+RTX_PRO_6000_MIB = 97887
+
+
+def _memory(variables, gpu_memory=RTX_PRO_6000_MIB, source="preflight_gpu_memory_mib"):
+    values = {"serving_mem_fraction_static": 0.88, **variables}
+    return preflight.memory_errors(
+        "h", ALL_ROLES, values, CHECKPOINT, "checkpoint_size_bytes", gpu_memory, source
+    )
+
+
+def test_lab_tp4_and_tp2_layouts_fit_the_lab_gpu():
+    assert _memory(LAB) == []
+    assert _memory(with_(serving_instances=P1_D3)) == []
+    assert _memory(with_(serving_instances=P2_D2)) == []
+
+
+def test_tp1_share_is_refused_naming_the_numbers_and_the_fix():
+    layout = [P1_D3[0], _inst("decode", [2], 30001)]
+    assert _memory(with_(serving_instances=layout)) == [
+        "h: pd:decode (decode, tp_size 1 on GPU(s) [2]) needs 149000000000 bytes (138.8 GiB) of weights "
+        "per GPU (checkpoint 149000000000 bytes from checkpoint_size_bytes / tp_size 1), but a GPU offers "
+        "90324923842 bytes (84.1 GiB): 0.88 (serving_mem_fraction_static) of its 97887 MiB "
+        "(preflight_gpu_memory_mib). In serving_instances give it at least 2 GPUs (tp_size 2); a higher "
+        "serving_mem_fraction_static helps only while the KV cache keeps room beside the weights."
+    ]
+
+
+def test_nvml_facts_and_extra_args_fractions_count():
+    # NVML facts: a 48 GB GPU among the decode GPUs makes TP2 too small (74.5 GB share > 0.88 x 48 GB).
+    facts = [{"index": i, "memory_total_mib": 49152 if i == 5 else RTX_PRO_6000_MIB} for i in range(8)]
+    errors = _memory(with_(serving_instances=P1_D3), facts, "NVML facts, pd_gpus")
+    assert len(errors) == 1 and errors[0].startswith("h: pd:decode-1 (decode, tp_size 2 on GPU(s) [4, 5])")
+    assert "of its 49152 MiB (NVML facts, pd_gpus). In serving_instances give it at least 4 GPUs" in errors[0]
+    # A role's --mem-fraction-static wins over serving_mem_fraction_static: 0.7 x 97887 MiB < 74.5 GB.
+    low = _memory(with_(serving_instances=P1_D3, serving_decode_extra_args=["--mem-fraction-static", "0.7"]))
+    assert len(low) == 3 and all("0.7 (--mem-fraction-static in its extra args)" in e for e in low)
+    high = _memory(with_(serving_instances=P1_D3, serving_decode_extra_args=["--mem-fraction-static=0.7"]))
+    assert high == low
 
 
 def test_missing_variables():

@@ -62,6 +62,12 @@ def _program(conf: Path, name: str) -> dict:
     }  # fmt: skip
 
 
+def _numactl(argv: list[str]) -> list[str]:
+    """The four words after the launcher's own `--`: the numactl prefix, when there is one."""
+    start = argv.index("--") + 1
+    return argv[start : start + 4]
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, repo_root) -> Path:
     root = tmp_path_factory.mktemp("lab") / "root"
@@ -79,7 +85,8 @@ def test_lab_prefill_command_gpus_and_numa(lab: Path) -> None:
     tools, sglang = f"{lab}/opt/pd-appliance/tools/bin/python", f"{lab}/opt/pd-appliance/sglang/bin/python"
     assert p["argv"] == [
         tools, "-m", "pd_appliance.serving.launch",
-        f"--env-file={lab}/etc/pd-appliance/serving/prefill.env", "--",
+        f"--env-file={lab}/etc/pd-appliance/serving/prefill.env",
+        "--secret-arg=--api-key=SERVING_ROUTER_API_KEY", "--",
         "/usr/bin/numactl", "--cpunodebind=0", "--membind=0", "--",
         sglang, "-m", "sglang.launch_server", "--model-path", f"{lab}/srv/models/DeepSeek-V4-Flash-NVFP4",
         "--served-model-name", "dsv4-flash", "--trust-remote-code", "--tp-size", "4", "--host", "192.0.2.10",
@@ -104,7 +111,7 @@ def test_lab_prefill_command_gpus_and_numa(lab: Path) -> None:
 def test_lab_decode_is_pinned_to_the_other_node(lab: Path) -> None:
     d = _program(lab / "etc/pd-appliance/supervisor/conf.d/decode.conf", "decode")
     assert d["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
-    assert d["argv"][5:9] == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1", "--"]
+    assert _numactl(d["argv"]) == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1", "--"]
     argv = d["argv"]
     assert argv[argv.index("--disaggregation-mode") + 1] == "decode"
     assert argv[argv.index("--port") + 1] == "30001"
@@ -166,6 +173,7 @@ def test_supervisord_socket_systemd_unit_and_wrapper(lab: Path) -> None:
 
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory, repo_root) -> Path:
+    """The lab's two-host variant (inventory/lab/hosts.yml), its layout from the lab's host_vars."""
     base = tmp_path_factory.mktemp("twohost")
     inventory = {
         "pd_appliance": {
@@ -176,44 +184,144 @@ def two_hosts(tmp_path_factory, repo_root) -> Path:
             },
             "hosts": {
                 "gpu-prefill-01": {"ansible_host": "192.0.2.11", "appliance_root": str(base / "p"),
-                                   "serving_advertise_host": "192.0.2.11",
-                                   "serving_prefill_gpus": [0, 1, 2, 3]},
+                                   "serving_advertise_host": "192.0.2.11"},
                 "gpu-decode-01": {"ansible_host": "192.0.2.12", "appliance_root": str(base / "d"),
-                                  "serving_advertise_host": "192.0.2.12",
-                                  "serving_decode_gpus": [4, 5, 6, 7]},
+                                  "serving_advertise_host": "192.0.2.12"},
             },
             "vars": {"serving_worker_bind_host": "0.0.0.0",
                      "serving_ucx_net_devices": "mlx5_0:1", "serving_ib_device": "mlx5_0"},
         }
     }  # fmt: skip
-    (base / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    (base / "inventory").mkdir()
+    (base / "inventory/hosts.yml").write_text(yaml.safe_dump(inventory))
+    for part in ("group_vars", "host_vars"):
+        (base / "inventory" / part).symlink_to(repo_root / "inventory/lab" / part)
     owner = _owner_vars(base / "unused")
     for key in ("appliance_root", "serving_supervisor_unit_path", "serving_advertise_host"):
         owner.pop(key)
     owner["serving_supervisor_manager"] = "direct"
     extra = base / "vars.json"
     extra.write_text(json.dumps(owner))
-    result = run_playbook("playbooks/serve.yml", base / "hosts.yml", "--tags", "serving_render",
+    result = run_playbook("playbooks/serve.yml", base / "inventory", "--tags", "serving_render",
                           "-e", f"@{extra}", timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     return base
 
 
-def test_two_host_router_and_network_kv_settings(two_hosts: Path) -> None:
+def test_two_host_variant_routes_over_both_decode_instances(two_hosts: Path) -> None:
     conf_d = "etc/pd-appliance/supervisor/conf.d"
     assert sorted(p.name for p in (two_hosts / "p" / conf_d).glob("*.conf")) == [
         "00-group-pd.conf", "prefill.conf", "router.conf"]  # fmt: skip
     assert sorted(p.name for p in (two_hosts / "d" / conf_d).glob("*.conf")) == [
-        "00-group-pd.conf",
-        "decode.conf",
-    ]
+        "00-group-pd.conf", "decode-0.conf", "decode-1.conf"]  # fmt: skip
+    group = UnhosedConfigParser()
+    group.read_string((two_hosts / "d" / conf_d / "00-group-pd.conf").read_text())
+    assert group.get("group:pd", "programs") == "decode-0,decode-1"
     router = _program(two_hosts / "p" / conf_d / "router.conf", "router")["argv"]
+    assert [a for a in router if a.startswith("--wait-for=")] == [
+        "--wait-for=http://192.0.2.11:30000/health", "--wait-for=http://192.0.2.12:30001/health",
+        "--wait-for=http://192.0.2.12:30002/health"]  # fmt: skip
     smg = router[router.index("--") + 1 :]
-    assert smg[2:8] == ["--pd-disaggregation", "--prefill", "http://192.0.2.11:30000", "8998",
-                        "--decode", "http://192.0.2.12:30001"]  # fmt: skip
-    decode = _program(two_hosts / "d" / conf_d / "decode.conf", "decode")
-    assert decode["env"]["UCX_NET_DEVICES"] == "mlx5_0:1"
-    assert decode["env"]["UCX_TLS"].startswith("rc,")
-    assert decode["argv"][decode["argv"].index("--host") + 1] == "0.0.0.0"
-    assert decode["argv"][decode["argv"].index("--disaggregation-ib-device") + 1] == "mlx5_0"
-    assert decode["argv"][5:9] == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1", "--"]
+    assert smg[2:10] == ["--pd-disaggregation", "--prefill", "http://192.0.2.11:30000", "8998",
+                         "--decode", "http://192.0.2.12:30001",
+                         "--decode", "http://192.0.2.12:30002"]  # fmt: skip
+    for name, gpus, port, node in (
+        ("decode-0", "0,1,2,3", "30001", "0"),
+        ("decode-1", "4,5,6,7", "30002", "1"),
+    ):
+        decode = _program(two_hosts / "d" / conf_d / f"{name}.conf", name)
+        argv = decode["argv"]
+        assert decode["env"]["CUDA_VISIBLE_DEVICES"] == gpus
+        assert decode["env"]["UCX_NET_DEVICES"] == "mlx5_0:1"
+        assert decode["env"]["UCX_TLS"].startswith("rc,")
+        assert argv[argv.index("--port") + 1] == port and argv[argv.index("--tp-size") + 1] == "4"
+        assert argv[argv.index("--host") + 1] == "0.0.0.0"
+        assert argv[argv.index("--disaggregation-ib-device") + 1] == "mlx5_0"
+        assert _numactl(argv) == ["/usr/bin/numactl", f"--cpunodebind={node}", f"--membind={node}", "--"]
+        assert decode["stdout_logfile"].endswith(f"/var/log/pd-appliance/{name}.log")
+    assert sorted(p.name for p in (two_hosts / "d/etc/pd-appliance/serving").glob("*.env")) == [
+        "decode-0.env", "decode-1.env"]  # fmt: skip
+
+
+# ---- layouts of one 8-GPU host beyond the default (serving_instances) ------------------------------
+ONE_P_THREE_D = [
+    {"role": "prefill", "gpus": [0, 1], "tp_size": 2, "port": 30000, "bootstrap_port": 8998},
+    {"role": "decode", "gpus": [2, 3], "tp_size": 2, "port": 30001},
+    {"role": "decode", "gpus": [4, 5], "tp_size": 2, "port": 30002,
+     "env": {"PD_INSTANCE_HOOK": "decode-1 only"}, "extra_args": ["--max-running-requests", "24"]},
+    {"role": "decode", "gpus": [6, 7], "tp_size": 2, "port": 30003},
+]  # fmt: skip
+TWO_P_TWO_D = [
+    {"role": "prefill", "gpus": [0, 1], "tp_size": 2, "port": 30000, "bootstrap_port": 8998},
+    {"role": "prefill", "gpus": [2, 3], "tp_size": 2, "port": 30002, "bootstrap_port": 8999},
+    {"role": "decode", "gpus": [4, 5], "tp_size": 2, "port": 30001},
+    {"role": "decode", "gpus": [6, 7], "tp_size": 2, "port": 30003},
+]
+
+
+def _render_layout(root: Path, layout: list[dict]) -> None:
+    extra = root.parent / "vars.json"
+    extra.write_text(json.dumps({**_owner_vars(root), "serving_instances": layout,
+                                 "serving_decode_extra_args": ["--watchdog-timeout", "600"]}))  # fmt: skip
+    result = run_playbook("playbooks/serve.yml", "inventory/lab", "--tags", "serving_render",
+                          "-e", f"@{extra}", timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("layouts") / "root"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    _render_layout(root, ONE_P_THREE_D)
+    return root
+
+
+def test_one_prefill_three_decode_instances_on_one_host(layouts: Path) -> None:
+    conf_d = layouts / "etc/pd-appliance/supervisor/conf.d"
+    group = UnhosedConfigParser()
+    group.read_string((conf_d / "00-group-pd.conf").read_text())
+    assert group.get("group:pd", "programs") == "prefill,decode-0,decode-1,decode-2,router"
+    expected = {"prefill": ("0,1", "30000", "0"), "decode-0": ("2,3", "30001", "0"),
+                "decode-1": ("4,5", "30002", "1"), "decode-2": ("6,7", "30003", "1")}  # fmt: skip
+    for name, (gpus, port, node) in expected.items():
+        p = _program(conf_d / f"{name}.conf", name)
+        argv = p["argv"]
+        assert p["env"]["CUDA_VISIBLE_DEVICES"] == gpus
+        assert p["env"]["UCX_TLS"] == "cuda_ipc,cuda_copy,sm,self,tcp"
+        assert argv[argv.index("--tp-size") + 1] == "2" and argv[argv.index("--port") + 1] == port
+        assert _numactl(argv) == ["/usr/bin/numactl", f"--cpunodebind={node}", f"--membind={node}", "--"]
+        assert argv[3] == f"--env-file={layouts}/etc/pd-appliance/serving/{name}.env"
+        assert ("--watchdog-timeout" in argv) == name.startswith("decode")
+    decode_1 = _program(conf_d / "decode-1.conf", "decode-1")
+    assert decode_1["env"]["PD_INSTANCE_HOOK"] == "decode-1 only"
+    assert decode_1["argv"][-4:] == ["--watchdog-timeout", "600", "--max-running-requests", "24"]
+    assert "PD_INSTANCE_HOOK" not in _program(conf_d / "decode-0.conf", "decode-0")["env"]
+    router = _program(conf_d / "router.conf", "router")["argv"]
+    smg = router[router.index("--") + 1 :]
+    assert smg[2:12] == ["--pd-disaggregation", "--prefill", "http://192.0.2.10:30000", "8998",
+                         "--decode", "http://192.0.2.10:30001", "--decode", "http://192.0.2.10:30002",
+                         "--decode", "http://192.0.2.10:30003"]  # fmt: skip
+    assert len([a for a in router if a.startswith("--wait-for=")]) == 4
+
+
+def test_a_layout_change_drops_the_programs_it_no_longer_has(layouts: Path) -> None:
+    _render_layout(layouts, TWO_P_TWO_D)
+    conf_d = layouts / "etc/pd-appliance/supervisor/conf.d"
+    assert sorted(p.name for p in conf_d.glob("*.conf")) == [
+        "00-group-pd.conf",
+        "decode-0.conf",
+        "decode-1.conf",
+        "prefill-0.conf",
+        "prefill-1.conf",
+        "router.conf",
+    ]
+    assert sorted(p.name for p in (layouts / "etc/pd-appliance/serving").glob("*.env")) == [
+        "decode-0.env", "decode-1.env", "prefill-0.env", "prefill-1.env", "router.env"]  # fmt: skip
+    router = _program(conf_d / "router.conf", "router")["argv"]
+    smg = router[router.index("--") + 1 :]
+    assert smg[2:13] == ["--pd-disaggregation", "--prefill", "http://192.0.2.10:30000", "8998",
+                         "--prefill", "http://192.0.2.10:30002", "8999",
+                         "--decode", "http://192.0.2.10:30001",
+                         "--decode", "http://192.0.2.10:30003"]  # fmt: skip
+    prefill_1 = _program(conf_d / "prefill-1.conf", "prefill-1")["argv"]
+    assert prefill_1[prefill_1.index("--disaggregation-bootstrap-port") + 1] == "8999"

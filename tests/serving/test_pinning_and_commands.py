@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pd_appliance.serving.commands import CommandError, router_argv, sglang_argv, worker_url
-from pd_appliance.serving.pinning import PinningError, check_gpu_sets, gpu_binding
+from pd_appliance.serving.pinning import PinningError, gpu_binding
 from pd_standins.gpus import simulated_gpu
 
 LAB_FACTS = [dict(simulated_gpu(i), simulated=False) for i in range(8)]
@@ -34,25 +34,6 @@ def test_unknown_numa_node_means_no_binding() -> None:
 def test_gpu_missing_from_facts_names_the_variable() -> None:
     with pytest.raises(PinningError, match=r"serving_decode_gpus names GPU\(s\) \[8\]"):
         gpu_binding([7, 8], LAB_FACTS, "serving_decode_gpus")
-
-
-@pytest.mark.parametrize(
-    ("prefill", "decode", "match"),
-    [
-        ([0, 1, 2, 3], [3, 4, 5, 6], r"share GPU\(s\) \[3\]"),
-        ([0, 1, 2], [4, 5, 6, 7], "has 3 GPUs but serving_prefill_tp_size is 4"),
-        ([0, 0, 1, 2], [4, 5, 6, 7], "lists a GPU twice"),
-        (["a"], [4], "integers"),
-        ([], [4, 5, 6, 7], "is empty"),
-    ],
-)
-def test_refused_gpu_sets(prefill, decode, match) -> None:
-    with pytest.raises(PinningError, match=match):
-        check_gpu_sets(prefill, decode, 4, 4)
-
-
-def test_two_host_split_checks_only_the_local_role() -> None:
-    assert check_gpu_sets(None, [0, 1, 2, 3], 4, 4) == ["decode: GPUs 0,1,2,3"]
 
 
 SETTINGS = {
@@ -97,6 +78,20 @@ def test_decode_command_has_no_bootstrap_port_and_its_graph_size() -> None:
 def test_speculative_settings_deepseek_v4_rejects(spec, match) -> None:
     with pytest.raises(CommandError, match=match):
         sglang_argv(["python"], "prefill", dict(SETTINGS, speculative=spec))
+
+
+def test_router_routes_over_every_prefill_and_decode_instance() -> None:
+    settings = {
+        "prefill": [{"url": "http://10.0.0.1:30000", "bootstrap_port": 8998},
+                    {"url": "http://10.0.0.1:30002", "bootstrap_port": 8999}],
+        "decode": [{"url": f"http://10.0.0.2:{port}"} for port in (30001, 30003, 30005)],
+        "host": "127.0.0.1", "port": 8000, "extra_args": [],
+    }  # fmt: skip
+    assert router_argv(["smg", "launch"], settings)[:15] == [
+        "smg", "launch", "--pd-disaggregation",
+        "--prefill", "http://10.0.0.1:30000", "8998", "--prefill", "http://10.0.0.1:30002", "8999",
+        "--decode", "http://10.0.0.2:30001", "--decode", "http://10.0.0.2:30003", "--decode", "http://10.0.0.2:30005",
+    ]  # fmt: skip
 
 
 def test_router_command_always_gives_the_bootstrap_port() -> None:

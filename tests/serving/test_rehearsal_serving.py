@@ -9,124 +9,35 @@ stopped at the end, also on failure.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from serving_testlib import API_KEY, Deployment, _changed, _post, _stop_everything
 
-from pd_testlib import run_playbook
+from pd_testlib import free_ports, run_playbook
 
 pytestmark = pytest.mark.slow
 
 RESTART_BOUND_S = 45.0
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets, ports = [], []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-        ports.append(s.getsockname()[1])
-    for s in sockets:
-        s.close()
-    return ports
-
-
-@dataclass
-class Deployment:
-    root: Path
-    vars_file: Path
-    router: str
-    first_run: subprocess.CompletedProcess
-
-    @property
-    def conf(self) -> Path:
-        return self.root / "etc/pd-appliance/supervisor/supervisord.conf"
-
-    def ctl(self, *args: str) -> subprocess.CompletedProcess:
-        binary = Path(sys.executable).parent / "supervisorctl"
-        return subprocess.run([str(binary), "-c", str(self.conf), *args], capture_output=True, text=True,
-                              timeout=60, check=False)  # fmt: skip
-
-    def pids(self) -> dict[str, int]:
-        out = {}
-        for line in self.ctl("status").stdout.splitlines():
-            match = re.match(r"^pd:(\w+)\s+RUNNING\s+pid (\d+)", line)
-            if match:
-                out[match.group(1)] = int(match.group(2))
-        return out
-
-    def converge(self, *extra: str) -> subprocess.CompletedProcess:
-        return run_playbook("playbooks/serve.yml", "inventory/rehearsal", "-e", f"@{self.vars_file}", *extra,
-                            timeout=900)  # fmt: skip
-
-
-def _post(url: str, body: dict, timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
-
-
-def _changed(result: subprocess.CompletedProcess) -> int:
-    match = re.search(r"localhost\s+: ok=\d+\s+changed=(\d+)", result.stdout)
-    assert match, result.stdout[-3000:]
-    return int(match.group(1))
-
-
-def _stop_everything(root: Path, conf: Path, started_pids: set[int]) -> None:
-    """Shut supervisord down; SIGKILL only the processes this test saw it start, if they linger."""
-    pidfile = root / "run/pd-appliance/supervisord.pid"
-    supervisord = int(pidfile.read_text()) if pidfile.exists() else None
-    binary = Path(sys.executable).parent / "supervisorctl"
-    with contextlib.suppress(Exception):
-        subprocess.run(
-            [str(binary), "-c", str(conf), "shutdown"], capture_output=True, timeout=60, check=False
-        )
-    deadline = time.monotonic() + 60
-    candidates = {p for p in started_pids | {supervisord} if p}
-    while candidates and time.monotonic() < deadline:
-        candidates = {p for p in candidates if _alive(p)}
-        time.sleep(0.5)
-    for pid in candidates:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
-            return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory, repo_root):
     base = tmp_path_factory.mktemp("rehearsal")
     root = base / "root"
-    prefill, decode, bootstrap, router, metrics = _free_ports(5)
+    prefill, decode, bootstrap, router, metrics = free_ports(5)
     variables = {
         "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
         "serving_prefill_port": prefill, "serving_decode_port": decode, "serving_bootstrap_port": bootstrap,
         "serving_router_port": router, "serving_router_metrics_port": metrics,
+        "serving_router_api_key": API_KEY,
     }  # fmt: skip
     vars_file = base / "vars.json"
     vars_file.write_text(json.dumps(variables))

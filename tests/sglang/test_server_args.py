@@ -7,9 +7,10 @@ role renders the shipped lab layout, a two-host variant and a misspelt decode fl
 from conf.d and parsed by `sglang.srt.server_args.prepare_server_args`, the function
 `python -m sglang.launch_server` calls, and by the rehearsal engine, which must agree.
 
-Validation variants change env hooks only (roles/validation: validation_variants[*].env_hooks),
-so their command lines are the deployed ones checked here; their hook names are checked by
-preflight (test_server_args_env.py). A later launch-flag variant reuses `check_rendered` below.
+The lab's tuning candidates (inventory/lab/group_vars/all/validation.yml, validation_variants)
+change launch flags and env hooks: each is rendered as the serving role applies it (serving_variant,
+one host per candidate in one play) and every worker command line goes through the same parser.
+Their hook names are checked by preflight (test_server_args_env.py).
 """
 
 from __future__ import annotations
@@ -296,3 +297,50 @@ def test_rendered_env_hooks_are_names_sglang_reads(lab: Path, two_hosts: Path) -
     names = {n for found in sources.values() for n in found if n.startswith("SGLANG_")}
     assert {"SGLANG_SM120_FLASHMLA_BACKEND", "SGLANG_OPT_USE_TILELANG_INDEXER"} <= names
     assert env_name_errors("lab", sources, registry) == []
+
+
+def lab_variants() -> list[dict]:
+    """The tuning candidates the lab ships."""
+    return yaml.safe_load((ROOT / "inventory/lab/group_vars/all/validation.yml").read_text())[
+        "validation_variants"
+    ]
+
+
+@pytest.fixture(scope="module")
+def variant_hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The lab layout once per candidate: each host renders the lab with its serving_variant, as the
+    validation stage's tuner applies it through the serving role (one play, one host per candidate)."""
+    base = tmp_path_factory.mktemp("variants")
+    inventory = base / "inventory"
+    shutil.copytree(ROOT / "inventory/lab/group_vars", inventory / "group_vars")
+    hosts = {
+        v["name"]: {"ansible_host": "192.0.2.10", "serving_advertise_host": "192.0.2.10",
+                    "appliance_root": str(base / v["name"]), "serving_variant": v}
+        for v in lab_variants()
+    }  # fmt: skip
+    groups = {role: {"hosts": dict.fromkeys(hosts)} for role in ("prefill", "decode", "router")}
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump({"pd_appliance": {"children": groups, "hosts": hosts}})
+    )
+    _render(inventory / "hosts.yml", _render_vars(None), base)
+    return base
+
+
+def test_every_lab_variant_renders_command_lines_sglangs_parser_accepts(
+    real: RealSGLang, variant_hosts: Path, lab: Path
+) -> None:
+    variants = {v["name"]: v for v in lab_variants()}
+    commands = _workers(*(variant_hosts / name for name in variants))
+    assert len(commands) == 2 * len(variants)
+    for label, verdict in check_rendered(real, commands).items():
+        assert verdict.ok, f"SGLang {SGLANG_VERSION} refuses {commands[label].label()}: {verdict.message}"
+    deployed = _workers(lab)["root/decode"].argv
+    # Each candidate's overrides reach the command line or the environment, and nothing else changes.
+    decode = {name: commands[f"{name}/decode"].argv for name in variants}
+    assert "--speculative-algorithm" in deployed and "--speculative-algorithm" not in decode["mtp-off"]
+    assert decode["mtp-1-step"][decode["mtp-1-step"].index("--speculative-num-steps") + 1] == "1"
+    graphs = decode["decode-cuda-graph-bs-16"]
+    assert graphs[graphs.index("--cuda-graph-max-bs-decode") + 1] == "16"
+    env = {name: (variant_hosts / name / CONF_D / "decode.conf").read_text() for name in variants}
+    assert 'SGLANG_SM120_FLASHMLA_BACKEND="pd_splitkv"' in env["decode-attn-pd-splitkv"]
+    assert 'SGLANG_OPT_SM120_DIRECT_SWA_KV="1"' in env["direct-swa-kv"]

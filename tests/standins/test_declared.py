@@ -108,6 +108,11 @@ def test_group_vars_are_the_labs_plus_one_overlay(inventory: Path) -> None:
     assert not missing, f"{inventory.relative_to(ROOT)}/group_vars lacks the lab's {missing}: link them"
 
 
+def _links_to_the_labs(path: Path, host_vars: Path) -> bool:
+    """A host_vars file that is a link to the lab's file of the same name: the lab's settings."""
+    return path.is_symlink() and path.resolve() == (LAB / "host_vars" / path.relative_to(host_vars)).resolve()
+
+
 @pytest.mark.parametrize("inventory", standin_inventories(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_overlay_and_host_vars_set_only_declared_standins(inventory: Path) -> None:
     problems = []
@@ -133,6 +138,8 @@ def test_overlay_and_host_vars_set_only_declared_standins(inventory: Path) -> No
     for path in (
         sorted((inventory / "host_vars").rglob("*.yml")) if (inventory / "host_vars").exists() else []
     ):
+        if _links_to_the_labs(path, inventory / "host_vars"):
+            continue  # the lab's own host_vars (e.g. the two-host variant's serving_instances)
         values = yaml.safe_load(path.read_text()) or {}
         problems += [f"{name} in {path.relative_to(ROOT)}" for name in _undeclared(values)]
     assert not problems, (
@@ -172,6 +179,18 @@ def test_scenario_extra_vars_set_only_declared_standins(scenario: str, vars_file
         f"molecule/{scenario} passes {vars_file.relative_to(ROOT)} which sets {undeclared}: not declared "
         f"stand-ins (standins/declared.yml) nor the lab's vault inputs"
     )
+
+
+def test_host_vars_may_only_link_the_labs_own(tmp_path: Path) -> None:
+    """A scenario takes a lab host's layout (host_vars/gpu-decode-01.yml) by linking it, never by copying."""
+    host_vars = tmp_path / "host_vars"
+    host_vars.mkdir()
+    (host_vars / "gpu-decode-01.yml").symlink_to(LAB / "host_vars" / "gpu-decode-01.yml")
+    (host_vars / "gpu-prefill-01.yml").write_text((LAB / "host_vars" / "gpu-prefill-01.yml").read_text())
+    assert _links_to_the_labs(host_vars / "gpu-decode-01.yml", host_vars)
+    assert not _links_to_the_labs(host_vars / "gpu-prefill-01.yml", host_vars)
+    copied = yaml.safe_load((host_vars / "gpu-prefill-01.yml").read_text())
+    assert _undeclared(copied) == ["serving_instances"]
 
 
 def test_the_check_catches_an_undeclared_override(tmp_path: Path) -> None:

@@ -1,8 +1,20 @@
-"""A/B through the real serving role in rehearsal: supervisord, two pd-sim-worker programs, smg.
+"""The tuner in rehearsal: real supervisord, smg and rehearsal engine, driven by the real roles.
 
-serve.yml deploys; validate.yml measures the deployed configuration and one env-hook variant
-(decode's simulated per-token time halved), adopts the faster, and leaves it running; only
-pd:decode restarts, and the adopted variant is in the report and on the host.
+serve.yml deploys the lab layout; validate.yml with validation_tune measures the deployed
+configuration and three candidates whose speeds differ (the rehearsal engine's per-token time set
+per variant by its PD_SIM_TPOT_MS env hook):
+
+- decode-fast: decode at 5 ms/token (an env hook: only pd:decode restarts);
+- mtp-off-slow: speculative decoding off (a launch flag: prefill and decode restart) at 14 ms;
+- decode-capped: the fastest per token (2 ms) but --max-running-requests 6 (serving_max_running_requests),
+  so the decode worker never runs 16 requests at once: its C=16 figure is not a C=16 figure, and
+  the decode-concurrency check (sglang:num_running_reqs on decode's /metrics) rules it out.
+
+The tuner adopts decode-fast, records it on the host, and a later plain serve run keeps it: the same
+rendered programs, nothing restarted. Then the deployment is served with --max-running-requests 6
+(serving_max_running_requests, as a KV pool too small for 16 sequences would cap it): validation
+fails, saying decode never ran 16 requests at once. Prompts are measured in tokens of the rehearsal
+checkpoint's tokenizer, which the engine counts with too.
 """
 
 from __future__ import annotations
@@ -10,29 +22,29 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from pd_testlib import run_playbook
+from pd_appliance.bench.workload import load_tokenizer, synthetic_prompt
+from pd_standins.hub import generate
+from pd_testlib import free_ports, run_playbook
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-
-
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
+CANDIDATES = [
+    {"name": "decode-fast", "description": "decode at 5 ms/token",
+     "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "5"}}},
+    {"name": "mtp-off-slow", "description": "speculative decoding off, decode at 14 ms/token",
+     "vars": {"serving_speculative_algorithm": ""}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "14"}}},
+    {"name": "decode-capped", "description": "2 ms/token, at most 6 running requests",
+     "vars": {"serving_max_running_requests": 6}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "2"}}},
+]  # fmt: skip
 
 
 def uptimes(config: Path) -> dict[str, str]:
@@ -42,7 +54,9 @@ def uptimes(config: Path) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(r"^(pd:\w+)\s+RUNNING\s+pid (\d+)", status, re.M)}
 
 
-def test_variant_adopted_and_only_decode_restarted(tmp_path: Path, rehearsal_inventory_copy: Path) -> None:
+def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
+    tmp_path: Path, rehearsal_inventory_copy: Path
+) -> None:
     prefill, decode, bootstrap, router, metrics = free_ports(5)
     venv = str(BIN.parent)
     # supervisord's unix socket path must stay under ~108 bytes: pytest's tmp_path is too deep.
@@ -56,42 +70,105 @@ def test_variant_adopted_and_only_decode_restarted(tmp_path: Path, rehearsal_inv
         "serving_bootstrap_port": bootstrap,
         "serving_router_port": router,
         "serving_router_metrics_port": metrics,
+        # The rehearsal engine is up in a second; supervisor need not count 30 s before RUNNING.
+        "serving_worker_startsecs": 3,
+        # A known router key (the lab generates one), for the direct request at the end.
+        "serving_router_api_key": "tuner-test-key",
     }
     root = rehearsal_inventory_copy.parent.parent / ".rehearsal" / "root"
+    # What the checkpoint stage leaves on the host: the Hub stand-in's checkpoint, tokenizer included.
+    model_dir = root / "srv" / "models" / "DeepSeek-V4-Flash-NVFP4"
+    generate(model_dir)
     config = root / "etc" / "pd-appliance" / "supervisor" / "supervisord.conf"
+    conf_d = config.parent / "conf.d"
+    adopted_file = root / "var" / "lib" / "pd-appliance" / "tuning" / "adopted-variant.json"
     try:
         served = run_playbook("playbooks/serve.yml", rehearsal_inventory_copy, "-e", json.dumps(common))
         assert served.returncode == 0, served.stdout[-3000:]
         before = uptimes(config)
         assert set(before) == {"pd:prefill", "pd:decode", "pd:router"}
-        variant = {"name": "decode-fast", "description": "decode at 1 ms/token",
-                   "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "1"}}}  # fmt: skip
+        assert not adopted_file.exists()
+
         extra = common | {
-            "validation_variants": [variant],
-            "validation_adopt_fastest": True,
+            "validation_tune": True,
+            "validation_variants": CANDIDATES,
             "validation_artifacts_dir": str(tmp_path / "artifacts"),
             "validation_num_requests": [4, 32],
+            "validation_output_len": 64,
+            "validation_decode_metrics_interval_s": 0.2,
         }
-        validated = run_playbook("playbooks/validate.yml", rehearsal_inventory_copy, "-e", json.dumps(extra))
-        assert validated.returncode == 0, validated.stdout[-3000:]
-        after = uptimes(config)
-        # Only decode's environment changed, so only decode has a new pid.
-        assert after["pd:prefill"] == before["pd:prefill"] and after["pd:router"] == before["pd:router"]
-        assert after["pd:decode"] != before["pd:decode"]
-        report = json.loads((tmp_path / "artifacts" / "report.json").read_text())
-        assert report["selected_variant"] == "decode-fast" and report["passed"]
-        assert report["selection"]["fastest"] == "decode-fast"
-        assert [v["variant"] for v in report["variants"]] == ["deployed", "decode-fast"]
-        tpot = {v["variant"]: v["phases"][0]["tpot_ms"]["p50"] for v in report["variants"]}
-        assert tpot["decode-fast"] < tpot["deployed"]  # bs=1: 1 ms vs 2 ms per token in the simulator
-        assert report["final_probe"]["passed"] is True
-        adopted = json.loads(
-            (root / "var" / "lib" / "pd-appliance" / "validation" / "adopted_variant.json").read_text()
+        validated = run_playbook(
+            "playbooks/validate.yml", rehearsal_inventory_copy, "-e", json.dumps(extra), timeout=1500
         )
-        assert adopted["name"] == "decode-fast"
-        assert adopted["env_hooks"] == {"decode": {"PD_SIM_TPOT_MS": "1"}}
-        env = (root / "etc" / "pd-appliance" / "supervisor" / "conf.d" / "decode.conf").read_text()
-        assert 'PD_SIM_TPOT_MS="1"' in env
+        assert validated.returncode == 0, validated.stdout[-4000:]
+        report = json.loads((tmp_path / "artifacts" / "report.json").read_text())
+        assert report["passed"] and report["selected_variant"] == "decode-fast"
+        assert [v["variant"] for v in report["variants"]] == ["deployed"] + [c["name"] for c in CANDIDATES]
+        assert all(v["input_len_unit"] == "tokens" for v in report["variants"])
+        c16 = {
+            v["variant"]: next(p for p in v["phases"] if p["concurrency"] == 16) for v in report["variants"]
+        }
+        tok_s = {name: phase["output_tok_s"] for name, phase in c16.items()}
+        assert tok_s["decode-fast"] > tok_s["deployed"] > tok_s["mtp-off-slow"]
+        peaks = {name: phase["decode_running"]["peak"] for name, phase in c16.items()}
+        assert peaks["decode-capped"] == 6 and peaks["decode-fast"] == 16
+        ranking = {r["variant"]: r for r in report["selection"]["ranking"]}
+        assert report["selection"]["fastest"] == "decode-fast"
+        assert ranking["decode-capped"]["eligible"] is False
+        assert any("decode ran at most 6 requests at once" in r for r in ranking["decode-capped"]["reasons"])
+        assert ranking["deployed"]["eligible"] and report["variants"][2]["probe"]["passed"]
+        assert report["final_probe"]["passed"] is True
+        markdown = (tmp_path / "artifacts" / "report.md").read_text()
+        assert "## Variants side by side" in markdown and "6 of 16" in markdown
+        assert (tmp_path / "artifacts" / "report.png").stat().st_size > 0
+
+        adopted = json.loads(adopted_file.read_text())
+        assert adopted["name"] == "decode-fast" and adopted["env_hooks"] == {
+            "decode": {"PD_SIM_TPOT_MS": "5"}
+        }
+        assert adopted["vars"] == {} and "C=16 output tok/s" in adopted["objective"]
+        after = uptimes(config)
+        assert after["pd:router"] == before["pd:router"]  # no candidate touched the router
+        decode_conf = (conf_d / "decode.conf").read_text()
+        assert 'PD_SIM_TPOT_MS="5"' in decode_conf and "--max-running-requests" not in decode_conf
+        assert "--speculative-algorithm" in decode_conf
+
+        # A later plain serve run applies the adopted variant: the same programs, nothing restarts.
+        again = run_playbook("playbooks/serve.yml", rehearsal_inventory_copy, "-e", json.dumps(common))
+        assert again.returncode == 0, again.stdout[-3000:]
+        assert "serves the adopted variant 'decode-fast'" in " ".join(again.stdout.split()).replace("''", "'")
+        assert uptimes(config) == after
+        assert (conf_d / "decode.conf").read_text() == decode_conf
+
+        # A decode capped below 16 running requests fails validation, saying so (the adopted variant stays).
+        capped = common | {"serving_max_running_requests": 6}
+        assert (
+            run_playbook("playbooks/serve.yml", rehearsal_inventory_copy, "-e", json.dumps(capped)).returncode
+            == 0
+        )
+        gate_run = capped | {
+            "validation_artifacts_dir": str(tmp_path / "capped"),
+            "validation_output_len": 64,
+        }
+        failed = run_playbook("playbooks/validate.yml", rehearsal_inventory_copy, "-e", json.dumps(gate_run))
+        assert failed.returncode != 0
+        assert "C=16: decode ran at most 6 requests at once" in " ".join(failed.stdout.split())
+        capped_report = json.loads((tmp_path / "capped" / "report.json").read_text())
+        assert not capped_report["passed"]
+        assert {g["name"] for g in capped_report["gates"] if not g["passed"]} >= {"C=16 decode concurrency"}
+
+        # Token-exact: 100 tokens of the checkpoint's tokenizer are 100 prompt tokens to the engine.
+        tokenizer = load_tokenizer(str(model_dir / "tokenizer.json"))
+        prompt = synthetic_prompt(0, 100, tokenizer)
+        body = {"model": "dsv4-flash", "prompt": prompt, "max_tokens": 4, "ignore_eos": True}
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{router}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Authorization": "Bearer tuner-test-key"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            usage = json.loads(response.read())["usage"]
+        assert usage["prompt_tokens"] == 100 and usage["completion_tokens"] == 4
     finally:
         if config.exists():
             subprocess.run(

@@ -23,7 +23,9 @@ def host_state(inventory: Path) -> Path:
 def test_pass_accepts_then_regression_errors_and_floor_fail_with_report(
     tmp_path: Path, rehearsal_inventory_copy: Path, start_double
 ) -> None:
-    fast = start_double("--tpot-ms", "1")
+    # Requests last far longer than the /metrics sampling interval (0.2 s), so the decode-concurrency
+    # check sees the batch: 16 tokens at 20 ms.
+    fast = start_double("--tpot-ms", "20")
     first = run_playbook(
         PLAYBOOK,
         rehearsal_inventory_copy,
@@ -40,11 +42,11 @@ def test_pass_accepts_then_regression_errors_and_floor_fail_with_report(
     assert len(history) == 1
     c16_first = report["figures"]["C=16 output tok/s"]
 
-    # Second run: 8x slower decode, one measured C=16 request stalls past the request timeout
+    # Second run: 2x slower decode, one measured C=16 request stalls past the request timeout
     # (request 1 probe, 2 bs=1 warm-up, 3-6 bs=1, 7-22 C=16 warm-up, 23+ measured),
     # regression mode on, and a bs=1 floor set above anything this server can do.
     fast.stop()
-    slow = start_double("--tpot-ms", "8", "--hang-requests", "30")
+    slow = start_double("--tpot-ms", "40", "--hang-requests", "30")
     second = run_playbook(
         PLAYBOOK,
         rehearsal_inventory_copy,

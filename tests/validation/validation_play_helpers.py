@@ -27,8 +27,19 @@ class DoubleProcess:
             self.proc.wait(timeout=10)
 
 
+def rehearsal_tokenizer(tmp_path: Path) -> Path:
+    """The rehearsal checkpoint's tokenizer.json (built by the Hub stand-in), written under tmp_path."""
+    from pd_standins.hub import rehearsal_tokenizer_json
+
+    path = tmp_path / "tokenizer" / "tokenizer.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(rehearsal_tokenizer_json())
+    return path
+
+
 def validation_extra_vars(tmp_path: Path, url: str, **overrides: object) -> list[str]:
-    """-e arguments: the checkout's venv as tools python, a small workload, artifacts under tmp_path."""
+    """-e arguments: the checkout's venv as tools python, a small workload in tokens of the rehearsal
+    tokenizer, the double's /metrics as the decode worker's, artifacts under tmp_path."""
     values: dict[str, object] = {
         "validation_router_url": url,
         "appliance_tools_venv": str(Path(sys.executable).parent.parent),
@@ -42,6 +53,9 @@ def validation_extra_vars(tmp_path: Path, url: str, **overrides: object) -> list
         "validation_request_timeout_s": 5,
         "validation_min_output_tok_s_bs1": 1.0,
         "validation_min_output_tok_s_c16": 1.0,
+        "validation_tokenizer": str(rehearsal_tokenizer(tmp_path)),
+        "validation_decode_metrics_urls": [f"{url}/metrics"],
+        "validation_decode_metrics_interval_s": 0.2,
     }
     values.update(overrides)
     return ["-e", json.dumps(values)]

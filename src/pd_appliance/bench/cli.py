@@ -1,11 +1,15 @@
 """`pd-bench`: measure an OpenAI-compatible server, gate the figures, write the report.
 
-    pd-bench run --url http://127.0.0.1:8000 --concurrency 1 16 --num-requests 8 64 --out run.json
-    pd-bench report run.json [more variants...] --threshold 1=10 --threshold 16=25 --out-dir report/
+    pd-bench run --url http://127.0.0.1:8000 --concurrency 1 16 --num-requests 8 64 \
+        --tokenizer /srv/models/DeepSeek-V4-Flash-NVFP4 --decode-metrics-url http://10.0.0.5:30001/metrics \
+        --out run.json
+    pd-bench report run.json [more variants...] --threshold 1=40 --threshold 16=130 \
+        --target 1=210 --target 16=1000 --check-decode-concurrency --out-dir report/
     pd-bench plot report/report.json
 
-`run` exits 2 when the correctness probe fails; `report` exits 1 when a gate fails (after the
-report is written).
+`run` exits 2 when the correctness probe fails and 1 when a level's error rate exceeds
+--max-error-rate (default 0: any failed request); `report` exits 1 when a gate fails (after the
+report is written). 3 is a usage or input error.
 """
 
 from __future__ import annotations
@@ -30,6 +34,32 @@ from pd_appliance.bench.report import (
 )
 from pd_appliance.bench.runner import ProbeSpec, measure_sync, plan_from_lists
 from pd_appliance.bench.workload import WorkloadError
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction of requests from 0 to 1 (0.05 = 5 %), got {text!r}"
+        )
+    return value
+
+
+def error_rate_failures(result: dict[str, Any], max_error_rate: float) -> list[str]:
+    """One line per measured level whose failed share exceeds `max_error_rate` (no requests: 100 %)."""
+    failures = []
+    for phase in result.get("phases") or []:
+        requests, errors = int(phase["requests"]), int(phase["errors"])
+        rate = errors / requests if requests else 1.0
+        if rate > max_error_rate:
+            failures.append(
+                f"{concurrency_label(phase['concurrency'])}: {errors} of {requests} requests failed "
+                f"({rate:.1%}), above --max-error-rate {max_error_rate:g}"
+            )
+    return failures
 
 
 def _threshold(text: str) -> tuple[int, float]:
@@ -69,6 +99,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--api-key-env", default="PD_BENCH_API_KEY", help="environment variable holding the API key"
     )
+    run.add_argument(
+        "--max-error-rate", type=_fraction, default=0.0,
+        help="exit 1 when a level's share of failed requests exceeds this (default 0: any failure)",
+    )  # fmt: skip
+    run.add_argument(
+        "--decode-metrics-url",
+        action="append",
+        default=[],
+        help="a decode worker's /metrics: sglang:num_running_reqs is sampled while each level runs (repeat)",
+    )
+    run.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between /metrics reads")
     run.add_argument("--raw", action="store_true", help="keep every request's raw timestamps in the output")
     run.add_argument("--out", help="write the measurement JSON here")
 
@@ -77,10 +118,21 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--threshold", type=_threshold, action="append", default=[], help="CONCURRENCY=MIN_TOK_S"
     )
+    rep.add_argument(
+        "--target", type=_threshold, action="append", default=[], help="CONCURRENCY=TOK_S, reported only"
+    )
+    rep.add_argument(
+        "--check-decode-concurrency",
+        action="store_true",
+        help="gate each thresholded level above 1 on the decode workers' running-requests peak",
+    )
     rep.add_argument("--selected", help="variant left running (default: the first)")
     rep.add_argument("--history", help="history of accepted runs (JSON lines)")
     rep.add_argument(
         "--regression-tolerance", type=float, help="fail when a figure drops more than this fraction"
+    )
+    rep.add_argument(
+        "--max-error-rate", type=_fraction, default=0.0, help="share of failed requests a level may have"
     )
     rep.add_argument("--accept", action="store_true", help="append a passed run to --history")
     rep.add_argument("--metadata", help="JSON file merged into the report's metadata")
@@ -112,6 +164,9 @@ def _print_summary(result: dict[str, Any]) -> None:
         )
         for sample in p["error_samples"]:
             print(f"       error: {sample}")
+        running = p.get("decode_running")
+        if running:
+            print(f"       decode running requests: peak {running['peak']} of {p['concurrency']} asked")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -130,12 +185,19 @@ def _run(args: argparse.Namespace) -> int:
         probe=ProbeSpec(args.probe_prompt, args.probe_expect, args.probe_api),
         ready_timeout_s=args.ready_timeout,
         variant=args.variant,
+        decode_metrics_urls=args.decode_metrics_url,
+        metrics_interval_s=args.metrics_interval,
     )
     result = measure_sync(plan, keep_records=args.raw)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     _print_summary(result)
-    return 0 if (result.get("probe") or {}).get("passed") else 2
+    if not (result.get("probe") or {}).get("passed"):
+        return 2
+    failures = error_rate_failures(result, args.max_error_rate)
+    for line in failures:
+        print(f"pd-bench: {line}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -144,17 +206,23 @@ def _report(args: argparse.Namespace) -> int:
     thresholds = dict(args.threshold)
     metadata = json.loads(Path(args.metadata).read_text(encoding="utf-8")) if args.metadata else {}
     last = history.last_accepted(args.history) if args.history else None
+    levels = [c for c in thresholds if c > 1] if args.check_decode_concurrency else []
     selection = (
-        select_fastest(measurements, max(thresholds) if thresholds else 16) if len(measurements) > 1 else None
+        select_fastest(measurements, max(thresholds) if thresholds else 16, thresholds, 0.0, levels)
+        if len(measurements) > 1
+        else None
     )
     report = build_report(
-        measurements, selected, thresholds, args.regression_tolerance, last, metadata, selection
-    )
+        measurements, selected, thresholds, args.regression_tolerance, last, metadata, selection,
+        max_error_rate=args.max_error_rate, targets=dict(args.target), decode_concurrency_levels=levels,
+    )  # fmt: skip
     paths = write_report(report, args.out_dir)
     if args.accept and args.history and report["passed"]:
         accept(report, args.history)
     for gate in report["gates"]:
         print(f"{'pass' if gate['passed'] else 'FAIL'}: {gate['message']}")
+    for target in report["targets"]:
+        print(f"not gated: {target['message']}")
     print(f"report: {paths['json']} {paths['markdown']} {paths['png'] or '(no plot)'}")
     return 0 if report["passed"] else 1
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from pd_appliance.bench.decode_metrics import RunningSampler
 from pd_appliance.bench.metrics import PhaseMetrics, RequestRecord, compute_phase
 from pd_appliance.bench.workload import API_PATHS, Workload
 
@@ -192,9 +193,16 @@ async def _closed_loop(
 
 
 async def run_phase(
-    endpoint: Endpoint, workload: Workload, prompts: Sequence[str], warmup_prompts: Sequence[str]
+    endpoint: Endpoint,
+    workload: Workload,
+    prompts: Sequence[str],
+    warmup_prompts: Sequence[str],
+    sampler: RunningSampler | None = None,
 ) -> tuple[PhaseMetrics, list[RequestRecord]]:
-    """Warm up (not counted), then measure `workload` and return its figures and raw records."""
+    """Warm up (not counted), then measure `workload` and return its figures and raw records.
+
+    `sampler` (the decode workers' running-requests gauge) runs alongside the measured requests only.
+    """
     if len(prompts) != workload.num_requests:
         raise ValueError(f"{len(prompts)} prompts for {workload.num_requests} requests")
     url = endpoint.url(workload.api)
@@ -212,14 +220,21 @@ async def run_phase(
                 workload.request_timeout_s,
                 workload.output_len,
             )
-        records, wall = await _closed_loop(
-            session,
-            url,
-            payloads(prompts),
-            workload.concurrency,
-            workload.request_timeout_s,
-            workload.output_len,
-        )
+        stop = asyncio.Event()
+        sampling = asyncio.create_task(sampler.run(stop)) if sampler is not None else None
+        try:
+            records, wall = await _closed_loop(
+                session,
+                url,
+                payloads(prompts),
+                workload.concurrency,
+                workload.request_timeout_s,
+                workload.output_len,
+            )
+        finally:
+            stop.set()
+            if sampling is not None:
+                await sampling
     return compute_phase(records, workload.concurrency, wall), records
 
 
@@ -251,8 +266,51 @@ async def probe(
     }
 
 
-async def wait_ready(endpoint: Endpoint, timeout_s: float, interval_s: float = 2.0) -> dict[str, Any]:
-    """Poll the router's /readiness (smg: 200 once a prefill and a decode worker are healthy).
+async def _workers_verdict(
+    session: aiohttp.ClientSession, endpoint: Endpoint, health_path: str, timeout_s: float
+) -> tuple[bool, str] | None:
+    """Do a prefill and a decode the router routes to answer their health URL now?
+
+    smg lists its workers at GET /workers. None when the router lists none (404: not smg), so its
+    /readiness is the only word; smg's /readiness alone stays 200 while a restarting worker is
+    within the serving role's outage grace (pd_appliance.serving.readiness says why).
+    """
+    from pd_appliance.serving.readiness import verdict
+
+    url = endpoint.base_url.rstrip("/") + "/workers"
+    try:
+        async with session.get(url) as response:
+            if response.status == 404:
+                return None
+            if response.status != 200:
+                return False, f"/workers: HTTP {response.status}"
+            listed = (await response.json()).get("workers") or []
+    except (aiohttp.ClientError, OSError, ValueError, AttributeError) as exc:
+        return False, f"/workers: {type(exc).__name__}: {exc}"
+    workers = [
+        {"url": w["url"], "worker_type": w.get("worker_type"), "router_healthy": w.get("is_healthy")}
+        for w in listed
+        if isinstance(w, dict) and w.get("url")
+    ]
+
+    async def health(worker: dict[str, Any]) -> None:
+        try:
+            async with session.get(
+                worker["url"].rstrip("/") + health_path, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as response:
+                worker["health"] = {"ok": 200 <= response.status < 300, "status": response.status}
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            worker["health"] = {"ok": False, "error": type(exc).__name__}
+
+    await asyncio.gather(*(health(w) for w in workers))
+    return verdict({"ok": True}, workers)
+
+
+async def wait_ready(
+    endpoint: Endpoint, timeout_s: float, interval_s: float = 2.0, worker_health_path: str = "/health"
+) -> dict[str, Any]:
+    """Poll until the appliance is ready: the router's /readiness answers 200 (smg: a healthy prefill
+    and decode) and, where the router lists its workers, a prefill and a decode answer their health.
 
     A server without /readiness (404) is asked /health instead. Returns what was seen; the
     caller decides whether not being ready is fatal (the probe will fail anyway).
@@ -260,18 +318,25 @@ async def wait_ready(endpoint: Endpoint, timeout_s: float, interval_s: float = 2
     deadline = time.monotonic() + timeout_s
     last = "not tried"
     paths = ["/readiness", "/health"]
-    async with _session(1, endpoint.headers) as session:
+    async with _session(4, endpoint.headers) as session:
         while True:
             for path in list(paths):
                 try:
                     async with session.get(endpoint.base_url.rstrip("/") + path) as response:
-                        if response.status == 200:
-                            return {"ready": True, "path": path, "last": f"{path}: 200"}
-                        if response.status == 404 and path == "/readiness":
-                            paths.remove(path)
-                        last = f"{path}: HTTP {response.status}"
+                        status = response.status
                 except (aiohttp.ClientError, OSError) as exc:
                     last = f"{path}: {type(exc).__name__}: {exc}"
+                    break
+                if status == 200:
+                    workers = await _workers_verdict(session, endpoint, worker_health_path, 30.0)
+                    if workers is None or workers[0]:
+                        return {"ready": True, "path": path, "last": f"{path}: 200"}
+                    last = f"{path}: 200, but {workers[1]}"
+                    break
+                if status == 404 and path == "/readiness":
+                    paths.remove(path)
+                    continue
+                last = f"{path}: HTTP {status}"
                 break
             if time.monotonic() >= deadline:
                 return {"ready": False, "path": None, "last": last}

@@ -98,6 +98,75 @@ def throughput_gates(
     return gates
 
 
+def decode_concurrency_gates(measurement: Mapping[str, Any], levels: Sequence[int]) -> list[Gate]:
+    """At each level in `levels`, the decode workers ran as many requests at once as were asked for.
+
+    Read from the running-requests gauge sampled while the level was measured (decode_running). A
+    level measured without samples fails: then nobody knows which concurrency the figure is for.
+    """
+    gates: list[Gate] = []
+    for concurrency in sorted(levels):
+        phase = _phase(measurement, concurrency)
+        if phase is None:
+            continue  # the throughput gate of that level already fails, saying why
+        label = concurrency_label(concurrency)
+        running = phase.get("decode_running")
+        name = f"{label} decode concurrency"
+        if not running:
+            message = (
+                f"{label}: decode concurrency not checked: no decode worker /metrics URL was sampled "
+                "(validation_decode_metrics_urls)"
+            )
+            gates.append(Gate(name, False, message, None, float(concurrency)))
+            continue
+        peak = running.get("peak")
+        where = ", ".join(running.get("urls") or [])
+        if peak is None:
+            errors = "; ".join(running.get("errors") or []) or "no sample"
+            message = f"{label}: could not read {running.get('metric')} from {where} ({errors})"
+            gates.append(Gate(name, False, message, None, float(concurrency)))
+            continue
+        ok = float(peak) >= concurrency
+        message = (
+            f"{label}: decode ran at most {peak:g} requests at once ({running.get('metric')}, "
+            f"{running.get('samples')} samples on {where}) "
+            + (
+                f">= {concurrency} asked"
+                if ok
+                else f"< {concurrency} asked: the figure is not a C={concurrency} figure; the KV pool "
+                "(serving_mem_fraction_static, serving_context_length) or --max-running-requests "
+                "(serving_max_running_requests) caps running requests at decode"
+            )
+        )
+        gates.append(Gate(name, ok, message, float(peak), float(concurrency)))
+    return gates
+
+
+def target_distances(measurement: Mapping[str, Any], targets: Mapping[int, float]) -> list[dict[str, Any]]:
+    """Where each level stands against the target line (reported, never gated)."""
+    out: list[dict[str, Any]] = []
+    for concurrency, target in sorted(targets.items()):
+        label = concurrency_label(concurrency)
+        phase = _phase(measurement, concurrency)
+        measured = float(phase["output_tok_s"]) if phase is not None else None
+        entry: dict[str, Any] = {"level": label, "target": float(target), "measured": measured}
+        if measured is None:
+            entry.update(fraction=None, gap=None, message=f"{label}: target {target:g} tok/s, not measured")
+        else:
+            fraction = measured / float(target) if target else None
+            gap = float(target) - measured
+            entry.update(
+                fraction=fraction,
+                gap=gap,
+                message=(
+                    f"{label}: {measured:.1f} tok/s is {fraction:.0%} of the target {target:g} tok/s "
+                    + (f"({gap:.1f} tok/s short)" if gap > 0 else "(target reached)")
+                ),
+            )
+        out.append(entry)
+    return out
+
+
 def regression_gates(
     measurement: Mapping[str, Any], last_accepted: Mapping[str, Any] | None, tolerance: float | None
 ) -> list[Gate]:

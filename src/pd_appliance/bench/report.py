@@ -23,25 +23,62 @@ class ReportError(ValueError):
     """The inputs of a report do not fit together; the message says which."""
 
 
-def select_fastest(measurements: Sequence[Mapping[str, Any]], concurrency: int) -> dict[str, Any]:
-    """Rank the variants that passed the probe and had no failed request at `concurrency`."""
+def _ineligible_reasons(
+    measurement: Mapping[str, Any],
+    concurrency: int,
+    floors: Mapping[int, float],
+    max_error_rate: float,
+    concurrency_levels: Sequence[int],
+) -> list[str]:
+    """Why a variant cannot be adopted: the gates it would fail, and a missing objective level."""
+    levels = {concurrency: 0.0, **{int(c): float(f) for c, f in floors.items()}}
+    checks = gates.throughput_gates(measurement, levels, max_error_rate)
+    checks += gates.decode_concurrency_gates(measurement, concurrency_levels)
+    return [g.message for g in checks if not g.passed]
+
+
+def select_fastest(
+    measurements: Sequence[Mapping[str, Any]],
+    concurrency: int,
+    floors: Mapping[int, float] | None = None,
+    max_error_rate: float = 0.0,
+    concurrency_levels: Sequence[int] = (),
+) -> dict[str, Any]:
+    """The declared objective: the highest output tok/s at `concurrency` among variants that pass.
+
+    A variant is eligible when its probe passed and, at the objective level and every level of
+    `floors` (per-concurrency minimum output tok/s: the gates' thresholds plus any stricter
+    adoption floor, e.g. "C=16 subject to bs=1 >= 80"), it met the floor with no more failed
+    requests than `max_error_rate` allows and, at `concurrency_levels`, the decode workers reached
+    the concurrency asked for. Ineligible variants are ranked too, with the reasons.
+    """
+    floors = dict(floors or {})
     ranking: list[dict[str, Any]] = []
     for m in measurements:
         phase = next((p for p in m.get("phases") or [] if int(p["concurrency"]) == concurrency), None)
-        eligible = (
-            bool((m.get("probe") or {}).get("passed")) and phase is not None and int(phase["errors"]) == 0
-        )
+        reasons = _ineligible_reasons(m, concurrency, floors, max_error_rate, concurrency_levels)
         ranking.append(
             {
                 "variant": m.get("variant"),
-                "eligible": eligible,
+                "eligible": not reasons,
                 "output_tok_s": float(phase["output_tok_s"]) if phase else None,
+                "reasons": reasons,
             }
         )
     candidates = [r for r in ranking if r["eligible"]]
     fastest = max(candidates, key=lambda r: r["output_tok_s"])["variant"] if candidates else None
     ranking.sort(key=lambda r: (not r["eligible"], -(r["output_tok_s"] or 0.0)))
-    return {"concurrency": concurrency, "fastest": fastest, "ranking": ranking}
+    floor_text = ", ".join(f"{gates.concurrency_label(c)} >= {f:g} tok/s" for c, f in sorted(floors.items()))
+    objective = f"highest {gates.concurrency_label(concurrency)} output tok/s" + (
+        f" subject to {floor_text}" if floor_text else ""
+    )
+    return {
+        "concurrency": concurrency,
+        "objective": objective,
+        "floors": {gates.concurrency_label(c): f for c, f in sorted(floors.items())},
+        "fastest": fastest,
+        "ranking": ranking,
+    }
 
 
 def build_report(
@@ -56,12 +93,17 @@ def build_report(
     error: str = "",
     history_error: str = "",
     final_probe: Mapping[str, Any] | None = None,
+    targets: Mapping[int, float] | None = None,
+    decode_concurrency_levels: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Gate the selected (running) variant and assemble the full report.
 
     `error` is why nothing was measured (used when `measurements` is empty); `history_error` is
     why the regression baseline could not be read; either fails the report. `final_probe` is the
     probe run after switching to the selected variant at the end of an A/B: it must pass too.
+    `decode_concurrency_levels` are the levels whose decode concurrency is gated (the running-
+    requests gauge must reach the level); `targets` (per-concurrency output tok/s) are reported as
+    a distance, never gated.
     """
     if not measurements:
         # The measurement itself broke (the play passes its error in): report that, gated as failed.
@@ -75,6 +117,7 @@ def build_report(
         )
     selected = by_name[selected_variant]
     gate_list = gates.throughput_gates(selected, thresholds, max_error_rate)
+    gate_list += gates.decode_concurrency_gates(selected, decode_concurrency_levels)
     if final_probe is not None:
         ok = bool(final_probe.get("passed"))
         detail = final_probe.get("error") or f"answer {final_probe.get('answer', '')!r}"
@@ -84,7 +127,10 @@ def build_report(
         gate_list.append(gates.Gate("regression history", False, f"history unreadable: {history_error}"))
     gate_list += gates.regression_gates(selected, last_accepted, regression_tolerance)
     per_variant = {
-        name: gates.all_passed(gates.throughput_gates(m, thresholds, max_error_rate))
+        name: gates.all_passed(
+            gates.throughput_gates(m, thresholds, max_error_rate)
+            + gates.decode_concurrency_gates(m, decode_concurrency_levels)
+        )
         for name, m in by_name.items()
     }
     passed = gates.all_passed(gate_list)
@@ -95,6 +141,8 @@ def build_report(
         "failure_message": gates.failure_message(gate_list, selected_variant),
         "selected_variant": selected_variant,
         "thresholds": {gates.concurrency_label(c): t for c, t in sorted(thresholds.items())},
+        "targets": gates.target_distances(selected, targets or {}),
+        "decode_concurrency_levels": sorted(decode_concurrency_levels),
         "max_error_rate": max_error_rate,
         "regression_tolerance": regression_tolerance,
         "last_accepted": dict(last_accepted) if last_accepted else None,
@@ -121,6 +169,59 @@ def _pcts(summary: Mapping[str, Any] | None) -> str:
     return " / ".join(_fmt(summary.get(k)) for k in ("p50", "p90", "p99"))
 
 
+def overrides_text(measurement: Mapping[str, Any]) -> str:
+    """A variant's overrides in one line: `var=value` and `role: HOOK=value`."""
+    parts = [f"{k}={json.dumps(v)}" for k, v in sorted((measurement.get("vars") or {}).items())]
+    for role, hooks in sorted((measurement.get("env_hooks") or {}).items()):
+        parts += [f"{role}: {k}={json.dumps(v)}" for k, v in sorted((hooks or {}).items())]
+    return ", ".join(parts)
+
+
+def _levels(report: Mapping[str, Any]) -> list[int]:
+    return sorted({int(p["concurrency"]) for m in report["variants"] for p in m.get("phases") or []})
+
+
+def side_by_side(report: Mapping[str, Any]) -> list[str]:
+    """Markdown: one row per variant, its figures at every level, and the tuner's verdict."""
+    levels = _levels(report)
+    selection = report.get("selection") or {}
+    ranking = {r["variant"]: r for r in selection.get("ranking") or []}
+    header = ["variant", "overrides", "probe"]
+    for c in levels:
+        label = gates.concurrency_label(c)
+        header += [f"{label} tok/s", f"{label} TPOT p50 ms"] + ([f"{label} decode peak"] if c > 1 else [])
+    header += ["tuner"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for m in report["variants"]:
+        phases = {int(p["concurrency"]): p for p in m.get("phases") or []}
+        name = m.get("variant")
+        row = [
+            f"**{name}**" if name == report["selected_variant"] else str(name),
+            f"`{overrides_text(m)}`" if overrides_text(m) else (m.get("description") or "-"),
+            "pass" if (m.get("probe") or {}).get("passed") else "**FAIL**",
+        ]
+        for c in levels:
+            p = phases.get(c)
+            row += [
+                _fmt(float(p["output_tok_s"]), 1) if p else "-",
+                _fmt((p.get("tpot_ms") or {}).get("p50"), 2) if p else "-",
+            ]
+            if c > 1:
+                running = (p or {}).get("decode_running") or {}
+                row.append(f"{_fmt(running.get('peak'), 0)} of {c}" if running else "-")
+        verdict = ranking.get(name)
+        if verdict is None:
+            row.append("-")
+        elif name == selection.get("fastest"):
+            row.append("**fastest**")
+        elif verdict["eligible"]:
+            row.append("eligible")
+        else:
+            row.append("not eligible: " + "; ".join(verdict.get("reasons") or []).replace("|", "/"))
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     meta = report.get("metadata") or {}
     verdict = "PASSED" if report["passed"] else "FAILED"
@@ -144,6 +245,30 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"| {g['name']} | {'pass' if g['passed'] else '**FAIL**'} | {_fmt(g['measured'], 2)} | "
             f"{_fmt(g['limit'], 2)} | {g['message']} |"
         )
+    targets = report.get("targets") or []
+    if targets:
+        lines += [
+            "",
+            "## Distance to the target line (not gated)",
+            "",
+            "| level | measured tok/s | target tok/s | of target | short by |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for t in targets:
+            fraction = f"{t['fraction']:.0%}" if t.get("fraction") is not None else "-"
+            gap = _fmt(max(t["gap"], 0.0), 1) if t.get("gap") is not None else "-"
+            lines.append(
+                f"| {t['level']} | {_fmt(t['measured'], 1)} | {_fmt(t['target'], 0)} | {fraction} | {gap} |"
+            )
+    if len(report["variants"]) > 1:
+        selection = report.get("selection") or {}
+        lines += ["", "## Variants side by side", ""]
+        if selection.get("objective"):
+            lines += [
+                f"Objective: {selection['objective']}; running now: **{report['selected_variant']}**.",
+                "",
+            ]
+        lines += side_by_side(report)
     lines += [
         "",
         "## Variants",
@@ -171,19 +296,19 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 f"{_pcts(p.get('ttft_ms'))} | {_pcts(p.get('tpot_ms'))} | {_pcts(p.get('itl_ms'))} | "
                 f"{_fmt(p['wall_s'], 2)} |"
             )
-    overrides = [m for m in report["variants"] if m.get("env_hooks")]
+    overrides = [m for m in report["variants"] if m.get("env_hooks") or m.get("vars") or m.get("description")]
     if overrides:
-        lines += ["", "Variant env-hook overrides (merged over the deployed hooks):", ""]
+        lines += ["", "Variants (overrides of serving variables and env hooks, over the inventory):", ""]
         for m in overrides:
-            hooks = json.dumps(m["env_hooks"], sort_keys=True)
+            text = overrides_text(m)
             note = f" — {m['description']}" if m.get("description") else ""
-            lines.append(f"- **{m.get('variant')}**: `{hooks}`{note}")
+            lines.append(f"- **{m.get('variant')}**: `{text or 'no override'}`{note}")
     selection = report.get("selection")
     if selection:
+        objective = selection.get("objective") or f"output tok/s at C={selection['concurrency']}"
         lines += [
             "",
-            f"Fastest at C={selection['concurrency']} among variants that passed the probe: "
-            f"**{selection['fastest'] or 'none'}**.",
+            f"Fastest by the objective ({objective}): **{selection['fastest'] or 'none'}**.",
         ]
     workloads = (report["variants"][0].get("workloads") if report["variants"] else None) or []
     if workloads:
@@ -229,47 +354,71 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 
 
 def render_plot(report: Mapping[str, Any], path: Path) -> None:
-    """Throughput per concurrency (one bar group per variant) and TTFT/TPOT percentiles."""
+    """Every variant side by side: output tok/s (with floors and the target line), TPOT and TTFT p50.
+
+    One bar group per variant, one bar per concurrency level; the variant left running is starred,
+    the ones the tuner ruled out are hatched.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_tput, ax_ttft, ax_tpot) = plt.subplots(1, 3, figsize=(15, 4.5))
-    variants = [m for m in report["variants"] if m.get("phases")]
-    levels = sorted({int(p["concurrency"]) for m in variants for p in m["phases"]})
-    width = 0.8 / max(len(variants), 1)
-    for i, m in enumerate(variants):
-        values = {int(p["concurrency"]): p for p in m["phases"]}
-        xs = [j + i * width for j in range(len(levels))]
-        ax_tput.bar(
-            xs, [values[c]["output_tok_s"] if c in values else 0 for c in levels], width, label=m["variant"]
+    variants = [m for m in report["variants"] if m.get("phases")] or list(report["variants"])
+    levels = _levels(report)
+    ranking = {r["variant"]: r for r in (report.get("selection") or {}).get("ranking") or []}
+    ineligible = [not ranking.get(m.get("variant"), {"eligible": True})["eligible"] for m in variants]
+    names = [
+        ("* " if m.get("variant") == report["selected_variant"] else "")
+        + str(m.get("variant"))
+        + ("\n(not eligible)" if out else "")
+        for m, out in zip(variants, ineligible, strict=True)
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(max(12.0, 2.0 + 1.6 * len(variants) * 3), 4.8))
+    ax_tput, ax_tpot, ax_ttft = axes
+    width = 0.8 / max(len(levels), 1)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    thresholds = {
+        1 if k == "bs=1" else int(k.split("=")[1]): v for k, v in (report.get("thresholds") or {}).items()
+    }
+    targets = {
+        1 if t["level"] == "bs=1" else int(t["level"].split("=")[1]): t["target"]
+        for t in report.get("targets") or []
+    }
+    for j, c in enumerate(levels):
+        colour = colours[j % len(colours)]
+        label = gates.concurrency_label(c)
+        xs = [i + j * width for i in range(len(variants))]
+        phases = [{int(p["concurrency"]): p for p in m.get("phases") or []}.get(c) for m in variants]
+        hatches = ["//" if out else "" for out in ineligible]
+        tput = [p["output_tok_s"] if p else 0 for p in phases]
+        ax_tput.bar(xs, tput, width, label=label, color=colour, hatch=hatches)
+        for ax, key in ((ax_tpot, "tpot_ms"), (ax_ttft, "ttft_ms")):
+            ys = [((p or {}).get(key) or {}).get("p50") for p in phases]
+            ax.bar(
+                xs, [y if y is not None else 0 for y in ys], width, label=label, color=colour, hatch=hatches
+            )
+        if c in thresholds:
+            ax_tput.axhline(thresholds[c], color=colour, linestyle="--", linewidth=1, label=f"{label} floor")
+        if c in targets:
+            ax_tput.axhline(targets[c], color=colour, linestyle=":", linewidth=1.5, label=f"{label} target")
+    centers = [i + (len(levels) - 1) * width / 2 for i in range(len(variants))]
+    for ax, title, unit in (
+        (ax_tput, "Output throughput (--: floor, ..: target)", "tok/s"),
+        (ax_tpot, "TPOT p50", "ms"),
+        (ax_ttft, "TTFT p50", "ms"),
+    ):
+        ax.set_xticks(
+            centers,
+            names,
+            rotation=30 if len(variants) > 2 else 0,
+            ha="right" if len(variants) > 2 else "center",
         )
-        for ax, key in ((ax_ttft, "ttft_ms"), (ax_tpot, "tpot_ms")):
-            for q, style in (("p50", "-o"), ("p90", "--s"), ("p99", ":^")):
-                ys = [(values[c].get(key) or {}).get(q) if c in values else None for c in levels]
-                ax.plot(
-                    levels,
-                    [y if y is not None else float("nan") for y in ys],
-                    style,
-                    label=f"{m['variant']} {q}",
-                )
-    centers = [j + (len(variants) - 1) * width / 2 for j in range(len(levels))]
-    for label, limit in (report.get("thresholds") or {}).items():
-        concurrency = 1 if label == "bs=1" else int(label.split("=")[1])
-        if concurrency in levels:
-            center = centers[levels.index(concurrency)]
-            ax_tput.hlines(limit, center - 0.45, center + 0.45, colors="red", linestyles="dashed")
-    ax_tput.set_xticks(centers, [str(c) for c in levels])
-    ax_tput.set(title="Output throughput (red: threshold)", xlabel="concurrency", ylabel="tok/s")
-    ax_ttft.set(title="TTFT", xlabel="concurrency", ylabel="ms", xscale="log")
-    ax_tpot.set(title="TPOT", xlabel="concurrency", ylabel="ms", xscale="log")
-    for ax in (ax_ttft, ax_tpot):
-        ax.set_xticks(levels, [str(c) for c in levels])
-    for ax in (ax_tput, ax_ttft, ax_tpot):
+        ax.set(title=title, ylabel=unit)
         ax.legend(fontsize=7)
     verdict = "PASSED" if report["passed"] else "FAILED"
-    fig.suptitle(f"{(report.get('metadata') or {}).get('host', '')} validation {verdict}")
+    host = (report.get("metadata") or {}).get("host", "")
+    fig.suptitle(f"{host} validation {verdict} (* = running: {report['selected_variant']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

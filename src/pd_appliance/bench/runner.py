@@ -11,6 +11,7 @@ from typing import Any
 
 from pd_appliance.bench import SCHEMA_VERSION
 from pd_appliance.bench.client import Endpoint, discover_model, probe, run_phase, wait_ready
+from pd_appliance.bench.decode_metrics import RunningSampler
 from pd_appliance.bench.metrics import RequestRecord
 from pd_appliance.bench.workload import (
     Workload,
@@ -45,6 +46,9 @@ class Plan:
     ready_poll_interval_s: float = 2.0
     variant: str = "deployed"
     seed: int = 0
+    # Each decode worker's /metrics: sglang:num_running_reqs is sampled while each level is measured.
+    decode_metrics_urls: Sequence[str] = ()
+    metrics_interval_s: float = 1.0
 
 
 def _utc_now() -> str:
@@ -106,6 +110,7 @@ async def measure(plan: Plan, keep_records: bool = False) -> dict[str, Any]:
         "started_at": started,
         "ready": ready,
         "input_len_unit": "tokens" if tokenizer is not None else "characters",
+        "tokenizer": plan.tokenizer if tokenizer is not None else None,
         "workloads": [w.as_dict() for w in plan.workloads],
         "phases": [],
     }
@@ -137,10 +142,16 @@ async def measure(plan: Plan, keep_records: bool = False) -> dict[str, Any]:
             ]
             offset += workload.num_requests
             phase_start = time.time()
-            metrics, raw = await run_phase(endpoint, workload, prompts, warm)
+            sampler = (
+                RunningSampler(plan.decode_metrics_urls, plan.metrics_interval_s)
+                if plan.decode_metrics_urls
+                else None
+            )
+            metrics, raw = await run_phase(endpoint, workload, prompts, warm, sampler)
             phase = metrics.as_dict()
             phase["started_at_unix"] = round(phase_start, 3)
             phase["input_len_measured"] = prompt_length(prompts[0], tokenizer)
+            phase["decode_running"] = sampler.summary(workload.concurrency) if sampler else None
             result["phases"].append(phase)
             if keep_records:
                 records[str(workload.concurrency)] = [_record_dict(r) for r in raw]

@@ -72,11 +72,18 @@ def apply(
         _stop(server, f"{group}:{name}")
         server.pd_appliance.removeProcess(group, name)
         actions[f"{group}:{name}"] = "removed"
-    for name in diff["changed"] + diff["added"]:
+    # Changed and added programs together in priority order (a new instance starts before the router
+    # that routes to it); a supervisord started before "order" existed gives changed, then added.
+    todo = set(diff["changed"]) | set(diff["added"])
+    order = [n for n in diff.get("order") or diff["changed"] + diff["added"] if n in todo]
+    for name in order:
         full = f"{group}:{name}"
         was_running = active.get(name, {}).get("statename") in RUNNING_STATES
-        log(f"{full}: config changed, restarting")
-        _stop(server, full)
+        if name in diff["added"]:
+            log(f"{full}: new program, starting")
+        else:
+            log(f"{full}: config changed, restarting")
+            _stop(server, full)
         server.pd_appliance.replaceProcess(group, name)
         if was_running or name in diff["added"]:
             time.sleep(0.2)  # autostart programs are spawned by supervisord's own loop

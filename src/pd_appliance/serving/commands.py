@@ -7,6 +7,7 @@ lets the rehearsal swap only the engine command in front of the same flags.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,6 +83,100 @@ def sglang_argv(engine_command: Sequence[str], role: str, s: Mapping[str, Any]) 
     return argv
 
 
+def retry_delays_ms(attempts: int, initial_ms: float, max_ms: float, multiplier: float) -> list[float]:
+    """The backoff smg 1.13 sleeps between `attempts` tries, before jitter (ms).
+
+    smg's RetryExecutor (routers/common/retry.rs): `--retry-max-retries` counts every attempt, the
+    first included; after failed attempt a (0-based) it sleeps min(initial * multiplier**a, max).
+    """
+    delays: list[float] = []
+    delay = float(initial_ms)
+    for _ in range(max(attempts - 1, 0)):
+        delays.append(min(delay, float(max_ms)))
+        delay = min(delay * multiplier, float(max_ms))
+    return delays
+
+
+def retry_window_s(
+    attempts: int, initial_ms: float, max_ms: float, multiplier: float, jitter: float
+) -> tuple[float, float]:
+    """(shortest, longest) seconds from a request's first attempt to its last; jitter is +-jitter."""
+    total = sum(retry_delays_ms(attempts, initial_ms, max_ms, multiplier)) / 1000.0
+    return total * (1.0 - jitter), total * (1.0 + jitter)
+
+
+def retry_attempts_for(
+    grace_s: float, initial_ms: float, max_ms: float, multiplier: float, jitter: float
+) -> int:
+    """Fewest attempts whose backoff, at the jitter's low end, lasts at least `grace_s` seconds."""
+    floor_ms = float(max_ms) * (1.0 - jitter)
+    if floor_ms <= 0:
+        raise CommandError("serving_router_retry_jitter_factor must be below 1: the backoff could be zero")
+    attempts = 1
+    while retry_window_s(attempts, initial_ms, max_ms, multiplier, jitter)[0] < grace_s:
+        attempts += 1
+    return attempts
+
+
+def health_failure_threshold_for(grace_s: float, interval_s: float) -> int:
+    """Failed health probes in a row that take longer than `grace_s` (the first may come at once)."""
+    return math.ceil(float(grace_s) / float(interval_s)) + 1
+
+
+def _resilience(s: Mapping[str, Any]) -> dict[str, Any]:
+    """smg's retry, breaker, health and recovery settings; the outage grace sizes what is left null.
+
+    smg 1.13 answers a request that finds no healthy worker (or only open circuits) for a role with
+    503 no_available_workers at once and never retries it, while it retries a 502 from a dead worker
+    with backoff. So a worker restart costs nothing but the requests in flight on it exactly when,
+    for the whole restart, the worker stays "healthy" in smg's eyes and the retries last: both are
+    sized from `outage_grace_s` unless given.
+    """
+    grace = s.get("outage_grace_s")
+    out: dict[str, Any] = {}
+    backoff = (
+        s.get("retry_initial_backoff_ms"),
+        s.get("retry_max_backoff_ms"),
+        s.get("retry_backoff_multiplier"),
+    )
+    jitter = s.get("retry_jitter_factor")
+    if grace is not None:
+        if float(grace) <= 0:
+            raise CommandError(f"serving_router_worker_outage_grace_s must be positive, got {grace!r}")
+        missing = [n for n, v in zip(("initial", "max", "multiplier"), backoff, strict=True) if v is None]
+        if missing or jitter is None or s.get("health_check_interval_secs") is None:
+            raise CommandError(
+                "serving_router_worker_outage_grace_s needs serving_router_retry_initial_backoff_ms, "
+                "_retry_max_backoff_ms, _retry_backoff_multiplier, _retry_jitter_factor and "
+                "serving_router_health_check_interval_secs to size the retries and health threshold"
+            )
+    if backoff[0] is not None and float(backoff[0]) <= 0:
+        raise CommandError(f"serving_router_retry_initial_backoff_ms must be > 0 (smg), got {backoff[0]}")
+    if backoff[0] is not None and backoff[1] is not None and float(backoff[1]) < float(backoff[0]):
+        raise CommandError(
+            f"serving_router_retry_max_backoff_ms={backoff[1]} is below "
+            f"serving_router_retry_initial_backoff_ms={backoff[0]} (smg refuses it)"
+        )
+    if backoff[2] is not None and float(backoff[2]) < 1.0:
+        raise CommandError(f"serving_router_retry_backoff_multiplier must be >= 1 (smg), got {backoff[2]}")
+    if jitter is not None and not 0.0 <= float(jitter) < 1.0:
+        raise CommandError(f"serving_router_retry_jitter_factor must be in [0, 1), got {jitter}")
+    attempts = s.get("retry_max_retries")
+    if attempts is None and grace is not None:
+        attempts = retry_attempts_for(float(grace), *(float(v) for v in backoff), float(jitter))
+    threshold = s.get("health_failure_threshold")
+    if threshold is None and grace is not None:
+        threshold = health_failure_threshold_for(float(grace), float(s["health_check_interval_secs"]))
+    out["--retry-max-retries"] = attempts
+    out["--retry-initial-backoff-ms"] = backoff[0]
+    out["--retry-max-backoff-ms"] = backoff[1]
+    out["--retry-backoff-multiplier"] = backoff[2]
+    out["--retry-jitter-factor"] = jitter
+    out["--health-failure-threshold"] = threshold
+    out["--health-success-threshold"] = s.get("health_success_threshold")
+    return out
+
+
 def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str]:
     """`smg launch --pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL ...` (smg 1.13.0)."""
     argv = [str(w) for w in router_command]
@@ -110,9 +205,23 @@ def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str
     _flag(argv, "--health-check-endpoint", s.get("health_check_endpoint"))
     _flag(argv, "--health-check-interval-secs", s.get("health_check_interval_secs"))
     _flag(argv, "--health-check-timeout-secs", s.get("health_check_timeout_secs"))
+    for flag, value in _resilience(s).items():
+        _flag(argv, flag, value)
+    if s.get("circuit_breaker") is False:
+        argv.append("--disable-circuit-breaker")
+    else:
+        _flag(argv, "--cb-failure-threshold", s.get("cb_failure_threshold"))
+        _flag(argv, "--cb-success-threshold", s.get("cb_success_threshold"))
+        _flag(argv, "--cb-timeout-duration-secs", s.get("cb_timeout_duration_secs"))
+        _flag(argv, "--cb-window-duration-secs", s.get("cb_window_duration_secs"))
+    remove = s.get("remove_unhealthy_workers")
+    if remove is not None:
+        argv.append("--remove-unhealthy-workers" if remove else "--no-remove-unhealthy-workers")
+    _flag(argv, "--pd-admission-wait-secs", s.get("pd_admission_wait_secs"))
+    _flag(argv, "--max-concurrent-requests", s.get("max_concurrent_requests"))
+    _flag(argv, "--queue-size", s.get("queue_size"))
+    _flag(argv, "--queue-timeout-secs", s.get("queue_timeout_secs"))
     _flag(argv, "--worker-startup-timeout-secs", s.get("worker_startup_timeout_secs"))
-    _flag(argv, "--cb-failure-threshold", s.get("cb_failure_threshold"))
-    _flag(argv, "--cb-timeout-duration-secs", s.get("cb_timeout_duration_secs"))
     _flag(argv, "--request-timeout-secs", s.get("request_timeout_secs"))
     _flag(argv, "--shutdown-grace-period-secs", s.get("shutdown_grace_period_secs"))
     _flag(argv, "--log-level", s.get("log_level"))

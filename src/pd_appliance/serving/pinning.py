@@ -25,42 +25,6 @@ def _indices(gpus: Iterable[Any], variable: str) -> list[int]:
     return result
 
 
-def check_gpu_sets(
-    prefill_gpus: Sequence[Any] | None,
-    decode_gpus: Sequence[Any] | None,
-    prefill_tp_size: int | None = None,
-    decode_tp_size: int | None = None,
-) -> list[str]:
-    """Refuse overlapping prefill/decode GPU sets on one host and sets that do not match TP; return notes."""
-    notes = []
-    sets = {}
-    for role, gpus, tp in (
-        ("prefill", prefill_gpus, prefill_tp_size),
-        ("decode", decode_gpus, decode_tp_size),
-    ):
-        if gpus is None:
-            continue
-        variable = f"serving_{role}_gpus"
-        indices = _indices(gpus, variable)
-        if not indices:
-            raise PinningError(f"{variable} is empty: list the GPUs the {role} server runs on")
-        if tp is not None and len(indices) != int(tp):
-            raise PinningError(
-                f"{variable} has {len(indices)} GPUs but serving_{role}_tp_size is {tp}: "
-                f"make them agree (one GPU per tensor-parallel rank)"
-            )
-        sets[role] = indices
-        notes.append(f"{role}: GPUs {','.join(map(str, indices))}")
-    if "prefill" in sets and "decode" in sets:
-        overlap = sorted(set(sets["prefill"]) & set(sets["decode"]))
-        if overlap:
-            raise PinningError(
-                f"serving_prefill_gpus and serving_decode_gpus share GPU(s) {overlap} on this host: "
-                f"give each role its own GPUs"
-            )
-    return notes
-
-
 def gpu_binding(
     gpus: Sequence[Any], facts: Sequence[Mapping[str, Any]], variable: str = "GPUs"
 ) -> dict[str, Any]:

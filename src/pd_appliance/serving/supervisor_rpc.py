@@ -48,7 +48,8 @@ class PdApplianceNamespace:
         """Compare the active programs of a group with the configuration last read by reloadConfig.
 
         @param string group_name
-        @return struct {added, changed, removed}: program names, in priority order
+        @return struct {added, changed, removed, order}: program names, in priority order; order
+            lists every configured program of the group by priority (workers before the router)
         """
         self._check_state()
         group = self._group(group_name)
@@ -59,6 +60,7 @@ class PdApplianceNamespace:
             "added": [p.name for p in by_priority if p.name not in active],
             "changed": [p.name for p in by_priority if p.name in active and active[p.name].config != p],
             "removed": sorted(name for name in active if name not in new),
+            "order": [p.name for p in by_priority],
         }
 
     def _sync_group_config(self, group: Any, new_group: ProcessGroupConfig) -> None:

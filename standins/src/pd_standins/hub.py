@@ -18,7 +18,9 @@ field in model info) and every log line starts with "rehearsal hub (stand-in for
 Face Hub)". The commit id is derived from the content, so the same folder always serves the same
 commit. `generate` writes the tiny checkpoint a rehearsal serves: real safetensors shards
 (written here by hand, to the format's spec, so the tools venv needs neither numpy nor
-safetensors), the shard index and a config.json shaped like DeepSeek-V4-Flash-NVFP4's.
+safetensors), the shard index, a config.json shaped like DeepSeek-V4-Flash-NVFP4's, and a small
+byte-level BPE tokenizer.json built here with the `tokenizers` library (nothing from the Hub), so
+validation measures prompts in tokens and the rehearsal engine counts them with the same file.
 
 Run: python -m pd_standins.hub {generate,serve,start,stop} --help
 """
@@ -70,24 +72,78 @@ def safetensors_bytes(
     return struct.pack("<Q", len(raw)) + raw + b"".join(data for *_, data in tensors)
 
 
+# The tokenizer's whole words: common English (what pd-bench's synthetic prompts are made of), the
+# rehearsal engine's filler and the validation probe. Any other text still encodes, byte by byte.
+_TOKENIZER_WORD_TEXT = """
+the of and to in is was for on that with as by at from his her an which have are were be this had
+not but one they their all been has when who will more no if out so said what up its about into than
+them can only other new some could time these two may then do first any my now such like our over
+man me even most made after also did many before must through back years where much your way well
+down should because each just those people how too little state good very make world still own see
+men work long get here between both life being under never a it he she we you i or there would
+simulated token rehearsal filler pd sim worker model ran text deterministic placeholder output
+The capital France Paris canned engine answer
+"""
+TOKENIZER_WORDS = tuple(_TOKENIZER_WORD_TEXT.split())
+BOS_TOKEN = "<|begin_of_sentence|>"
+EOS_TOKEN = "<|end_of_sentence|>"
+
+
+def rehearsal_tokenizer_json() -> bytes:
+    """A byte-level BPE tokenizer.json, built with the `tokenizers` library from fixed merges.
+
+    No training (which could differ between runs): the vocabulary is the 256 byte symbols, then
+    every left-to-right prefix of each word with its leading space ("Ġthe"), then of each bare
+    word. The space-led merges rank first, so " word" is one token for every listed word; other
+    text falls back to smaller pieces and always encodes. The same inputs give the same bytes.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    merges: list[tuple[str, str]] = []
+
+    def add(word: str) -> None:
+        piece = word[0]
+        for symbol in word[1:]:
+            if piece + symbol not in vocab:
+                merges.append((piece, symbol))
+                vocab[piece + symbol] = len(vocab)
+            piece += symbol
+
+    for word in TOKENIZER_WORDS:
+        add("Ġ" + word)
+    for word in TOKENIZER_WORDS:
+        add(word)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([AddedToken(BOS_TOKEN, special=True), AddedToken(EOS_TOKEN, special=True)])
+    return (tokenizer.to_str(pretty=True) + "\n").encode()
+
+
 def rehearsal_checkpoint_files(
     layers: int = 2, experts: int = 4, hidden: int = 256, revision: int = 1
 ) -> dict[str, bytes]:
-    """The tiny NVFP4-shaped checkpoint: one shard per layer plus embeddings, an index, a config.
+    """The tiny NVFP4-shaped checkpoint: one shard per layer plus embeddings, an index, a config and
+    the tokenizer (tokenizer.json, tokenizer_config.json).
 
     Routed experts are packed FP4 (U8, two values a byte) with FP8 block scales, the rest BF16,
     as in the NVFP4 release; contents are seeded pseudo-random bytes, so every run is identical.
+    The embedding and the LM head have one row per token of the tokenizer (config's vocab_size).
     `revision` > 1 is a later commit of the same repository: the same shards, another config.json
     and README.md (what a re-published config looks like), so it has its own commit id.
     """
     rng = random.Random(20260501)
     inter = hidden // 2
+    tokenizer_json = rehearsal_tokenizer_json()
+    vocab_size = _vocab_size(tokenizer_json)
+    rows_bytes = vocab_size * hidden * 2
     shards: list[list[tuple[str, str, list[int], bytes]]] = []
     shards.append(
         [
-            ("model.embed_tokens.weight", "BF16", [512, hidden], rng.randbytes(512 * hidden * 2)),
+            ("model.embed_tokens.weight", "BF16", [vocab_size, hidden], rng.randbytes(rows_bytes)),
             ("model.norm.weight", "BF16", [hidden], rng.randbytes(hidden * 2)),
-            ("lm_head.weight", "BF16", [512, hidden], rng.randbytes(512 * hidden * 2)),
+            ("lm_head.weight", "BF16", [vocab_size, hidden], rng.randbytes(rows_bytes)),
         ]
     )
     for layer in range(layers):
@@ -129,11 +185,24 @@ def rehearsal_checkpoint_files(
             "hidden_size": hidden,
             "num_hidden_layers": layers,
             "n_routed_experts": experts,
-            "vocab_size": 512,
+            "vocab_size": vocab_size,
+            "bos_token_id": vocab_size - 2,
+            "eos_token_id": vocab_size - 1,
             "torch_dtype": "bfloat16",
             "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
             "pd_appliance_rehearsal": "tiny generated stand-in for nvidia/DeepSeek-V4-Flash-NVFP4, not a"
             " model",
+        }
+    )
+    files["tokenizer.json"] = tokenizer_json
+    files["tokenizer_config.json"] = _json_bytes(
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": BOS_TOKEN,
+            "eos_token": EOS_TOKEN,
+            "add_bos_token": False,
+            "model_max_length": 65536,
+            "pd_appliance_rehearsal": "byte-level BPE built by pd_standins.hub, not DeepSeek's",
         }
     )
     files["README.md"] = (
@@ -161,6 +230,13 @@ def generate(out_dir: Path, revision: int = 1) -> bool:
         os.replace(tmp, target)
         changed = True
     return changed
+
+
+def _vocab_size(tokenizer_json: bytes) -> int:
+    """Tokens of a tokenizer.json: its model's vocabulary plus the added (special) tokens."""
+    data = json.loads(tokenizer_json)
+    ids = list(data["model"]["vocab"].values()) + [t["id"] for t in data["added_tokens"]]
+    return max(ids) + 1
 
 
 def _json_bytes(value: object) -> bytes:

@@ -30,6 +30,7 @@ from importlib import resources
 from typing import Any
 
 from pd_standins.engine import SIMULATOR_BANNER
+from pd_standins.engine.bootstrap import PdTimeouts
 from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions, CannedCompletionsError
 
@@ -181,7 +182,22 @@ def sim_parser() -> argparse.ArgumentParser:
     sim.add_argument("--sim-startup-delay-s", type=float, default=_env_float("PD_SIM_STARTUP_DELAY_S", 0.0),
                      help="answer /health 503 this long after start, like a loading model")  # fmt: skip
     sim.add_argument("--sim-rendezvous-timeout-s", type=float,
-                     default=_env_float("PD_SIM_RENDEZVOUS_TIMEOUT_S", 30.0))  # fmt: skip
+                     default=_env_float("PD_SIM_RENDEZVOUS_TIMEOUT_S",
+                                        _env_float("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300.0)),
+                     help="how long the decode waits for its room (PD_SIM_RENDEZVOUS_TIMEOUT_S, else "
+                          "SGLang's SGLANG_DISAGGREGATION_WAITING_TIMEOUT, default 300)")  # fmt: skip
+    sim.add_argument("--sim-bootstrap-timeout-s", type=float,
+                     default=_env_float("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300.0),
+                     help="the prefill fails a room no decode took this long after the request arrived "
+                          "(SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, default 300)")  # fmt: skip
+    sim.add_argument("--sim-heartbeat-interval-s", type=float,
+                     default=_env_float("SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", 5.0),
+                     help="seconds between the decode's pings of a prefill it waits on, at least 2 "
+                          "(SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, default 5)")  # fmt: skip
+    sim.add_argument("--sim-heartbeat-max-failure", type=int,
+                     default=int(_env_float("SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE", 2)),
+                     help="missed pings in a row that fail the rooms of that prefill, at least 1 "
+                          "(SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, default 2)")  # fmt: skip
     sim.add_argument("--sim-canned-completions", default=os.environ.get("PD_SIM_CANNED_COMPLETIONS"),
                      help="JSON file: prompt prefix -> continuation (PD_SIM_CANNED_COMPLETIONS)")  # fmt: skip
     sim.add_argument("--sim-profile-dir", default=os.environ.get("SGLANG_TORCH_PROFILER_DIR"))
@@ -227,6 +243,9 @@ def config_from_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, list
         tpot_s=args.sim_tpot_ms / 1000.0,
         startup_delay_s=args.sim_startup_delay_s,
         rendezvous_timeout_s=args.sim_rendezvous_timeout_s,
+        pd=PdTimeouts(
+            args.sim_bootstrap_timeout_s, args.sim_heartbeat_interval_s, args.sim_heartbeat_max_failure
+        ),
         profile_dir=args.sim_profile_dir,
         canned=canned,
         sglang_python=args.sim_sglang_python,

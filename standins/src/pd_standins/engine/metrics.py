@@ -80,6 +80,7 @@ class EngineMetrics:
         model_name: str,
         running: Callable[[], float],
         transfer_queue: Callable[[], float],
+        queued: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.role = role
         self.registry = CollectorRegistry(auto_describe=True)
@@ -112,7 +113,7 @@ class EngineMetrics:
             return metric
 
         gauge("sglang:num_running_reqs", "The number of running requests.", running)
-        gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", lambda: 0.0)
+        gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", queued)
         if role == "prefill":
             gauge(
                 "sglang:num_prefill_inflight_queue_reqs",

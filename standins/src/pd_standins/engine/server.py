@@ -3,12 +3,22 @@
 Timing model: a prefill costs `ttft_s`, every output token `tpot_s`. In PD mode the prefill-role
 instance spends the TTFT and then releases the bootstrap room; the decode-role instance waits for
 that room (through the prefill's bootstrap port, as SGLang's decode waits for the KV transfer)
-and then streams the tokens. Output text is decided by pd_standins.engine.text.
+and then streams the tokens. Like SGLang's, the prefill answers once the decode took the room, and
+fails the request (500) when no decode does within SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT; the
+decode's wait is bounded by its waiting timeout and a heartbeat (pd_standins.engine.bootstrap).
+Output text and token counts are decided by pd_standins.engine.text.
+
+Running requests: like SGLang's scheduler, at most --max-running-requests requests run at once
+(a decode request from the moment its KV arrived, a prefill or plain request from the start); the
+others wait in the queue. sglang:num_running_reqs and sglang:num_queue_reqs report both, so a cap
+below the client's concurrency shows on /metrics as it does on a real decode worker whose KV pool
+is too small.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import time
@@ -23,10 +33,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from pd_standins import __version__
 from pd_standins.engine import SIMULATOR_BANNER, SIMULATOR_HEADER, SIMULATOR_NAME
-from pd_standins.engine.bootstrap import ROOM_TTL_S, BootstrapRooms, RendezvousError, rendezvous
+from pd_standins.engine.bootstrap import (
+    ROOM_TTL_S,
+    BootstrapRooms,
+    PdTimeouts,
+    RendezvousError,
+    rendezvous,
+)
 from pd_standins.engine.metrics import EngineMetrics, RequestMetrics
 from pd_standins.engine.release import describe, header_value
-from pd_standins.engine.text import CannedCompletions, Completion, complete, count_prompt_tokens
+from pd_standins.engine.text import CannedCompletions, Completion, TokenCounter, complete
 
 UNGUARDED_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
 ROLES = ("null", "prefill", "decode")
@@ -51,6 +67,7 @@ class SimConfig:
     tpot_s: float = 0.002
     startup_delay_s: float = 0.0
     rendezvous_timeout_s: float = 30.0
+    pd: PdTimeouts = field(default_factory=PdTimeouts)
     profile_dir: str | None = None
     canned: CannedCompletions = field(default_factory=CannedCompletions)
     # The interpreter the real engine would run from (its venv is the release's SGLang build).
@@ -63,6 +80,10 @@ class SimConfig:
 
 class BadRequest(ValueError):
     """A request the simulator (like SGLang) rejects with 400."""
+
+
+class TransferFailed(RuntimeError):
+    """The prefill's KV never reached a decode (SGLang aborts the request with 500)."""
 
 
 @dataclass
@@ -107,6 +128,12 @@ class _MeteredRooms(BootstrapRooms):
             self.metrics.kv_transfer(time.monotonic() - ready)
         return tokens
 
+    async def taken(self, room: int, timeout_s: float) -> bool:
+        if not await super().taken(room, timeout_s):
+            self.ready_at.pop(room, None)  # SGLang drops a timed-out request from the inflight queue
+            return False
+        return True
+
 
 class SimWorker:
     """One simulated SGLang worker (prefill, decode or plain)."""
@@ -118,6 +145,9 @@ class SimWorker:
         self.rooms = _MeteredRooms(config.rendezvous_timeout_s)
         self.stats = _Stats()
         self.decode_waiting = 0
+        self.queued = 0
+        self.slots = asyncio.Semaphore(max(1, int(config.max_running_requests)))
+        self.tokens = TokenCounter.for_model(config.model_path)
         self.sglang_metrics = EngineMetrics(
             config.role,
             config.model_name,
@@ -125,6 +155,7 @@ class SimWorker:
             transfer_queue=lambda: float(
                 len(self.rooms.ready_at) if config.role == "prefill" else self.decode_waiting
             ),
+            queued=lambda: float(self.queued),
         )
         self.rooms.metrics = self.sglang_metrics
         self.release = describe(config.sglang_python, config.model_path)
@@ -164,6 +195,8 @@ class SimWorker:
             response = _error(400, str(exc))
         except RendezvousError as exc:
             response = _error(502, f"decode could not pair with prefill: {exc}")
+        except TransferFailed as exc:
+            response = _error(500, str(exc))
         self._stamp(response)
         return response
 
@@ -298,17 +331,49 @@ class SimWorker:
             raise BadRequest("request body must be a JSON object")
         return body
 
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        """One of --max-running-requests slots, held while the request runs; waiting is queueing."""
+        self.queued += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.queued -= 1
+        self.stats.running += 1
+        try:
+            yield
+        finally:
+            self.stats.running -= 1
+            self.slots.release()
+
     async def _run(
-        self, body: dict[str, Any], prompt: str, prompt_tokens: int, max_tokens: int
+        self,
+        body: dict[str, Any],
+        prompt: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        stack: contextlib.AsyncExitStack,
     ) -> Completion:
-        """Spend the simulated prefill (and the PD rendezvous); return the output to pace."""
+        """Spend the simulated prefill (and the PD rendezvous); return the output to pace. The
+        request takes a running slot on `stack` (released when the caller's stack closes)."""
         ignore_eos = bool(body.get("ignore_eos") or (body.get("sampling_params") or {}).get("ignore_eos"))
         role = self.config.role
         rooms = _as_list(body.get("bootstrap_room"))
+        if role != "decode":
+            await stack.enter_async_context(self._running())
         if role == "prefill":
+            arrived = time.monotonic()
             await asyncio.sleep(self.config.ttft_s)
             for room in rooms:
                 self.rooms.mark_ready(int(room), prompt_tokens)
+            for room in rooms:
+                left = self.config.pd.bootstrap_timeout_s - (time.monotonic() - arrived)
+                if not await self.rooms.taken(int(room), left):
+                    self.sglang_metrics.transfer_failure()
+                    raise TransferFailed(
+                        f"Prefill transfer failed: bootstrap room {room} was not taken by a decode within "
+                        f"{self.config.pd.bootstrap_timeout_s:g} s (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)"
+                    )
             max_tokens = min(max_tokens, 1)  # prefill emits one token; decode streams the rest
         elif role == "decode":
             if not rooms:
@@ -324,15 +389,16 @@ class SimWorker:
                     host = str(hosts[min(i, len(hosts) - 1)]) if hosts else "127.0.0.1"
                     port = ports[min(i, len(ports) - 1)] if ports else None
                     port = int(port) if port is not None else self.config.bootstrap_port
-                    await rendezvous(host, port, int(room), self.config.rendezvous_timeout_s)
+                    await rendezvous(host, port, int(room), self.config.rendezvous_timeout_s, self.config.pd)
             except RendezvousError:
                 self.sglang_metrics.transfer_failure()
                 raise
             finally:
                 self.decode_waiting -= 1
+            await stack.enter_async_context(self._running())
         else:
             await asyncio.sleep(self.config.ttft_s)
-        return complete(prompt, max_tokens, self.config.canned, ignore_eos)
+        return complete(prompt, max_tokens, self.config.canned, ignore_eos, self.tokens)
 
     async def _paced(self, tokens: tuple[str, ...], req: RequestMetrics) -> AsyncIterator[str]:
         for i, token in enumerate(tokens):
@@ -365,7 +431,7 @@ class SimWorker:
             raise BadRequest("batched /generate is not simulated; send one prompt per request")
         if "text" in body:
             prompt = str(body["text"])
-            prompt_tokens = count_prompt_tokens(prompt)
+            prompt_tokens = self.tokens.count(prompt)
         elif isinstance(body.get("input_ids"), list):
             prompt = " ".join(str(t) for t in body["input_ids"])
             prompt_tokens = max(1, len(body["input_ids"]))
@@ -375,10 +441,9 @@ class SimWorker:
         max_tokens = _int(params.get("max_new_tokens", 128), "sampling_params.max_new_tokens")
         rid = str(body.get("rid") or uuid.uuid4().hex)
         req = self.sglang_metrics.request(bool(body.get("stream")))
-        self.stats.running += 1
-        try:
+        async with contextlib.AsyncExitStack() as stack:
             started = time.monotonic()
-            result = await self._run(body, prompt, prompt_tokens, max_tokens)
+            result = await self._run(body, prompt, prompt_tokens, max_tokens, stack)
 
             def meta(done: int, final: bool) -> dict[str, Any]:
                 info: dict[str, Any] = {
@@ -427,8 +492,6 @@ class SimWorker:
             self._account(req, prompt_tokens, done)
             await response.write_eof()
             return response
-        finally:
-            self.stats.running -= 1
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
@@ -458,15 +521,14 @@ class SimWorker:
     ) -> web.StreamResponse:
         limit = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_new_tokens")
         max_tokens = _int(limit if limit is not None else (128 if chat else 16), "max_tokens")
-        prompt_tokens = count_prompt_tokens(prompt)
+        prompt_tokens = self.tokens.count(prompt)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
         model = str(body.get("model") or self.config.model_name)
         req = self.sglang_metrics.request(bool(body.get("stream")))
-        self.stats.running += 1
-        try:
-            result = await self._run(body, prompt, prompt_tokens, max_tokens)
+        async with contextlib.AsyncExitStack() as stack:
+            result = await self._run(body, prompt, prompt_tokens, max_tokens, stack)
 
             def usage(done: int) -> dict[str, int]:
                 return {
@@ -521,8 +583,6 @@ class SimWorker:
             self._account(req, prompt_tokens, done)
             await response.write_eof()
             return response
-        finally:
-            self.stats.running -= 1
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -550,7 +610,10 @@ async def serve(
 ) -> None:
     """Run the HTTP server (and, for the prefill role, the bootstrap listener) until `stop` is set."""
     worker = SimWorker(config)
-    runner = web.AppRunner(worker.app(), access_log=None)
+    # A client that goes away aborts its request, as in SGLang (smg drops the other leg of a pair
+    # whose first leg failed): without it, aiohttp would keep a decode waiting for a room that
+    # will never come until its waiting timeout.
+    runner = web.AppRunner(worker.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()

@@ -1,10 +1,10 @@
 """Test-only callback: make a lab host go away when a given play (stage) starts.
 
-Enabled only by the multinode failure tests (ANSIBLE_CALLBACKS_ENABLED=pd_lab_fault). When the
-first play whose name starts with $PD_LAB_FAULT_PLAY begins, it runs the argv in
-$PD_LAB_FAULT_COMMAND (JSON), e.g. `netns_lab.py cut --host mn-decode`, which takes the host's
-link down and stops its sshd. The run then meets a host that vanished mid-run, the way a lab
-host that loses power or network would, without any change to site.yml.
+Enabled only by the container lab's failure tests (ANSIBLE_CALLBACKS_ENABLED=pd_lab_fault). When
+the first play whose name starts with $PD_LAB_FAULT_PLAY begins, it runs the argv in
+$PD_LAB_FAULT_COMMAND (JSON), e.g. `docker kill` of the decode host's container. The run then
+meets a host that vanished mid-run, the way a lab host that loses power would, without any change
+to site.yml.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ansible.plugins.callback import CallbackBase
 DOCUMENTATION = """
 name: pd_lab_fault
 type: aggregate
-short_description: take a lab host away when a named play starts (multinode failure tests)
+short_description: take a lab host away when a named play starts (container lab failure tests)
 description:
   - Runs $PD_LAB_FAULT_COMMAND (a JSON argv) once, when a play named $PD_LAB_FAULT_PLAY* starts.
 requirements:

@@ -1,0 +1,57 @@
+"""Tuning-variant filters: thin wrappers over pd_appliance.bench.variants (check, apply, record)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    import pd_appliance  # noqa: F401
+except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from ansible.errors import AnsibleFilterError
+
+from pd_appliance.bench import variants
+
+
+def _effective(base: Any, variant: Any) -> dict[str, Any]:
+    try:
+        return variants.effective(base or {}, variant or {})
+    except variants.VariantError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def _errors(variant: Any, where: str, known: Any = None) -> list[str]:
+    return variants.variant_errors(variant, where, known)
+
+
+def _list_errors(variant_list: Any, where: str, known: Any = None) -> list[str]:
+    return variants.variants_errors(variant_list, where, known)
+
+
+def _from_record(text: Any, path: str) -> dict[str, Any]:
+    try:
+        return variants.parse_record(str(text), path)
+    except variants.VariantError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def _record(variant: Any, details: Any = None) -> dict[str, Any]:
+    return variants.record(variant or {}, **dict(details or {}))
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, object]:
+        return {
+            "pd_variant_errors": _errors,
+            "pd_variants_errors": _list_errors,
+            "pd_variant_override_names": variants.override_names,
+            "pd_variant_effective": _effective,
+            "pd_variant_extra_var_conflicts": variants.overridden_by_extra_vars,
+            "pd_variant_record": _record,
+            "pd_variant_from_record": _from_record,
+        }

@@ -1,0 +1,66 @@
+"""Monitoring follows the serving topology: one scrape target and one GPU assignment per instance.
+
+The monitor stage renders (monitoring_render_only) for the rehearsal host running 1P TP2 + 3D TP2
+(serving_instances); prometheus.yml and the GPU exporter's command line are read back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from supervisor.options import UnhosedConfigParser
+
+from pd_testlib import run_playbook
+
+pytestmark = pytest.mark.slow
+
+LAYOUT = [
+    {"role": "prefill", "gpus": [0, 1], "tp_size": 2, "port": 30000, "bootstrap_port": 8998},
+    {"role": "decode", "gpus": [2, 3], "tp_size": 2, "port": 30001},
+    {"role": "decode", "gpus": [4, 5], "tp_size": 2, "port": 30002},
+    {"role": "decode", "gpus": [6, 7], "tp_size": 2, "port": 30003},
+]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("monitor-topology")
+    variables = base / "vars.json"
+    variables.write_text(json.dumps({"appliance_root": str(base / "root"), "monitoring_render_only": True,
+                                     "serving_instances": LAYOUT}))  # fmt: skip
+    done = run_playbook("playbooks/monitor.yml", "inventory/rehearsal", "-e", f"@{variables}", timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:]
+    return base / "root" / "etc" / "pd-appliance"
+
+
+def test_prometheus_scrapes_every_instance_with_its_program_name(rendered: Path) -> None:
+    config = yaml.safe_load((rendered / "monitoring/prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    targets = [(c["targets"], c["labels"]) for c in jobs["sglang"]["static_configs"]]
+    assert targets == [
+        (["127.0.0.1:30000"], {"host": "localhost", "role": "prefill", "pd_instance": "prefill"}),
+        (["127.0.0.1:30001"], {"host": "localhost", "role": "decode", "pd_instance": "decode-0"}),
+        (["127.0.0.1:30002"], {"host": "localhost", "role": "decode", "pd_instance": "decode-1"}),
+        (["127.0.0.1:30003"], {"host": "localhost", "role": "decode", "pd_instance": "decode-2"}),
+    ]
+    relabel = [(r["regex"], r["replacement"]) for r in jobs["smg"]["metric_relabel_configs"]]
+    assert len(relabel) == 4
+    for port, role in ((30000, "prefill"), (30001, "decode"), (30002, "decode"), (30003, "decode")):
+        matching = [r for regex, r in relabel if re.fullmatch(regex, f"http://127.0.0.1:{port}")]
+        assert matching == [role], (port, relabel)
+
+
+def test_gpu_exporter_assigns_each_gpu_to_its_instance(rendered: Path) -> None:
+    parser = UnhosedConfigParser()
+    parser.read_string((rendered / "supervisor/conf.d/60-group-monitor.conf").read_text())
+    argv = shlex.split(parser.get("program:gpu_exporter", "command"))
+    assert [a for a in argv if a.startswith("--assign=")] == [
+        "--assign=prefill:prefill=0,1", "--assign=decode:decode-0=2,3",
+        "--assign=decode:decode-1=4,5", "--assign=decode:decode-2=6,7",
+    ]  # fmt: skip
+    assert "--expect-gpus=8" in argv

@@ -1,0 +1,82 @@
+"""Every serve run applies the adopted variant recorded on the host (roles/serving/tasks/variant.yml).
+
+One render-only run of playbooks/serve.yml over three lab hosts: one with a recorded variant (its
+overrides land in the rendered programs), one with the same record and
+serving_apply_adopted_variant=false (the inventory as is), one with a damaged record (that host
+fails naming the file and the fix; the others go on).
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pd_appliance.bench.variants import record
+from pd_standins.gpus import simulated_gpu
+from pd_testlib import ROOT, run_playbook
+
+pytestmark = pytest.mark.slow
+
+CONF_D = "etc/pd-appliance/supervisor/conf.d"
+RECORD = "var/lib/pd-appliance/tuning/adopted-variant.json"
+MTP_OFF = {"name": "mtp-off", "description": "MTP off", "vars": {"serving_speculative_algorithm": ""},
+           "env_hooks": {"decode": {"SGLANG_OPT_SM120_DIRECT_SWA_KV": "1"}}}  # fmt: skip
+
+
+def test_serve_applies_the_recorded_variant_unless_told_not_to(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventory/lab/group_vars", inventory / "group_vars")
+    hosts = {}
+    for name, text, extra in (
+        ("adopted", json.dumps(record(MTP_OFF, objective="test")), {}),
+        ("ignored", json.dumps(record(MTP_OFF)), {"serving_apply_adopted_variant": False}),
+        ("damaged", "{not json", {}),
+    ):
+        root = tmp_path / name
+        (root / RECORD).parent.mkdir(parents=True)
+        (root / RECORD).write_text(text)
+        hosts[name] = {"appliance_root": str(root), "serving_advertise_host": "192.0.2.10", **extra}
+    # The damaged host is a router only: the others' router sections list every prefill and decode host.
+    groups = {role: {"hosts": dict.fromkeys(["adopted", "ignored"])} for role in ("prefill", "decode")}
+    groups["router"] = {"hosts": dict.fromkeys(hosts)}
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump({"pd_appliance": {"children": groups, "hosts": hosts}})
+    )
+    owner, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    gpus = [dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False) for i in range(8)]
+    variables = {
+        "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
+        "pd_gpus": gpus, "serving_render_only": True, "serving_supervisor_manager": "direct",
+        "serving_config_owner": owner, "serving_config_group": group, "serving_secrets_owner": owner,
+        "serving_supervisor_socket_owner": owner,
+    }  # fmt: skip
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    result = run_playbook(
+        "playbooks/serve.yml",
+        inventory / "hosts.yml",
+        "--tags",
+        "serving_render",
+        "-e",
+        f"@{tmp_path / 'vars.json'}",
+    )
+    out = " ".join(result.stdout.split()).replace("''", "'")
+    assert result.returncode != 0
+    assert (
+        f"{tmp_path / 'damaged' / RECORD} is not JSON" in out
+        and "remove it to serve the inventory as is" in out
+    )
+    assert "adopted serves the adopted variant 'mtp-off' (MTP off)" in out
+    adopted = (tmp_path / "adopted" / CONF_D / "decode.conf").read_text()
+    ignored = (tmp_path / "ignored" / CONF_D / "decode.conf").read_text()
+    assert "--speculative-algorithm" not in adopted and 'SGLANG_OPT_SM120_DIRECT_SWA_KV="1"' in adopted
+    assert "--speculative-algorithm" not in (tmp_path / "adopted" / CONF_D / "prefill.conf").read_text()
+    assert "--speculative-algorithm" in ignored and "SGLANG_OPT_SM120_DIRECT_SWA_KV" not in ignored
+    assert not (tmp_path / "damaged" / CONF_D).exists()
