@@ -30,7 +30,7 @@ from release_testlib import REPO_ID, SGLANG_VERSION, STANDIN_VERSION, Lab, build
 
 from pd_standins.hub import RehearsalHub, generate
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
 @pytest.fixture(scope="module")
