@@ -225,7 +225,11 @@ class Lab:
 
     def worker(self, role: str, path: str) -> Any:
         port = self.ports[f"serving_{role}_port"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+        # Workers take the router's key too (serving_worker_require_api_key); /metrics needs none.
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {self.api_key}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
             body = response.read().decode()
         return json.loads(body) if path != "/metrics" else body
 
