@@ -32,9 +32,14 @@ options:
     type: str
     required: true
   dir:
-    description: Checkpoint directory.
+    description: Checkpoint directory (one revision, as given). One of I(dir) and I(root).
     type: path
-    required: true
+  root:
+    description:
+      - Directory of revision directories (checkpoint_root); the revision goes to I(root)/<commit>, beside
+        the others, a branch or tag is recorded in I(root)/refs/<name>, and files an earlier verified
+        revision holds with the same sha256 are hard-linked from it and hashed again.
+    type: path
   endpoint:
     description: Hub endpoint or a mirror of it (what HF_ENDPOINT would say).
     type: str
@@ -86,7 +91,7 @@ EXAMPLES = r"""
   hf_checkpoint:
     repo_id: nvidia/DeepSeek-V4-Flash-NVFP4
     revision: "{{ checkpoint_revision }}"
-    dir: "{{ checkpoint_dir }}"
+    root: "{{ checkpoint_root }}"
     token: "{{ checkpoint_hf_token | default(omit, true) }}"
     owner: "{{ appliance_user }}"
     group: "{{ appliance_group }}"
@@ -99,6 +104,14 @@ revision:
   description: The commit verified.
   returned: always
   type: str
+directory:
+  description: The directory verified (I(root)/<commit> with I(root)).
+  returned: always
+  type: str
+reused:
+  description: Files hard-linked from an earlier verified revision (and hashed) instead of fetched.
+  returned: always
+  type: list
 fetched:
   description: Files fetched by this run.
   returned: always
@@ -133,7 +146,8 @@ def main() -> None:
         argument_spec={
             "repo_id": {"type": "str", "required": True},
             "revision": {"type": "str", "required": True},
-            "dir": {"type": "path", "required": True},
+            "dir": {"type": "path"},
+            "root": {"type": "path"},
             "endpoint": {"type": "str", "default": "https://huggingface.co"},
             "offline": {"type": "bool", "default": False},
             "token": {"type": "str", "no_log": True},
@@ -146,10 +160,13 @@ def main() -> None:
             "owner": {"type": "str"},
             "group": {"type": "str"},
         },
+        required_one_of=[("dir", "root")],
+        mutually_exclusive=[("dir", "root")],
         supports_check_mode=True,
     )
     params = module.params
-    directory = Path(params["dir"])
+    root = Path(params["root"]) if params["root"] else None
+    directory = Path(params["dir"]) if params["dir"] else root
     try:
         from pd_appliance.checkpoint.ensure import PARTIAL_DIR
         from pd_appliance.checkpoint.hub import configure_hub_environment
@@ -159,7 +176,12 @@ def main() -> None:
             offline=params["offline"],
             xet_high_performance=params["xet_high_performance"],
         )
-        from pd_appliance.checkpoint import CheckpointError, CheckpointRequest, ensure_checkpoint
+        from pd_appliance.checkpoint import (
+            CheckpointError,
+            CheckpointRequest,
+            ensure_checkpoint,
+            ensure_revision,
+        )
     except ImportError as err:
         module.fail_json(
             msg=f"pd_appliance.checkpoint is not importable by {sys.executable} ({err}): run hf_checkpoint"
@@ -181,9 +203,10 @@ def main() -> None:
         owner=params["owner"] or None,
         group=params["group"] or None,
         check_mode=module.check_mode,
+        root=root,
     )
     try:
-        report = ensure_checkpoint(request)
+        report = ensure_revision(request) if root is not None else ensure_checkpoint(request)
     except CheckpointError as err:
         module.fail_json(msg=err.message, **err.details)
     result = report.as_dict()

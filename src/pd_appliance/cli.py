@@ -24,6 +24,7 @@ PLAYBOOKS = {
     "deploy": "site.yml",
     "validate": "playbooks/validate.yml",
     "status": "playbooks/day2/status.yml",
+    "rollback": "playbooks/day2/rollback.yml",
 }
 
 
@@ -51,10 +52,16 @@ class RunSummary:
     stages: list[str] = field(default_factory=list)
     hosts: dict[str, dict[str, int]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    # host -> the release line the status play printed (roles/release, tasks/status.yml)
+    releases: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.rc == 0
+
+
+# The task of roles/release/tasks/status.yml whose message is a host's release line.
+RELEASE_TASK = "Show the release"
 
 
 def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
@@ -73,6 +80,10 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
             if isinstance(msg, list):
                 msg = "; ".join(map(str, msg))
             summary.failures.append(f"{data.get('host')}: {data.get('task')}: {msg}".strip())
+        elif kind == "runner_on_ok" and data.get("task") == RELEASE_TASK:
+            msg = (data.get("res") or {}).get("msg")
+            if msg:
+                summary.releases[str(data.get("host"))] = str(msg)
         elif kind == "runner_on_unreachable":
             summary.failures.append(f"{data.get('host')}: unreachable during {data.get('task')}")
         elif kind == "playbook_on_stats":
@@ -116,6 +127,8 @@ def validation_figures(root: Path, since: float | None = None) -> list[str]:
         except (OSError, json.JSONDecodeError):
             continue
         verdict = "PASS" if data.get("passed") else "FAIL"
+        for host, rel in sorted(((data.get("metadata") or {}).get("release") or {}).items()):
+            lines.append(f"  {report.parent.name}: release on {host}: {rel.get('id')} ({rel.get('status')})")
         for gate in data.get("gates", []):
             lines.append(
                 f"  {report.parent.name}: {gate.get('name')}: {gate.get('measured')} "
@@ -140,6 +153,9 @@ def render_summary(summary: RunSummary, run_dir: Path, root: Path) -> str:
     if summary.failures:
         out.append("failures:")
         out += [f"  {f}"[:400] for f in summary.failures[:10]]
+    if summary.releases:
+        out.append("releases:")
+        out += [f"  {host}: {line}"[:400] for host, line in sorted(summary.releases.items())]
     figures = validation_figures(root, since=run_started(run_dir))
     if figures:
         out.append("validation:")
@@ -280,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in (
         ("deploy", "run site.yml: preflight, provision, checkpoint, serve, validate"),
         ("validate", "run the validation stage alone (throughput gates)"),
-        ("status", "show supervisor programs, health and GPU memory (playbooks/day2/status.yml)"),
+        ("status", "show the release, the programs, health and GPU memory (playbooks/day2/status.yml)"),
+        ("rollback", "put the last accepted release back and validate it (playbooks/day2/rollback.yml)"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument(

@@ -250,7 +250,7 @@ def test_check_mode_reports_without_touching(hub, make_request):
 
 def test_not_enough_disk_is_refused_before_fetching(hub, make_request):
     request = make_request(hub.url, disk_reserve_bytes=1 << 60)
-    with pytest.raises(CheckpointError, match=r"checkpoint_dir .* bytes free; fetching 5 file\(s\)"):
+    with pytest.raises(CheckpointError, match=r" has \d+ bytes free; fetching 5 file\(s\)"):
         ensure_checkpoint(request)
     assert downloads(hub) == []
 

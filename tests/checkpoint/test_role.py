@@ -61,7 +61,10 @@ def test_role_downloads_verifies_and_is_idempotent(rehearsal_inventory_copy: Pat
     first = playbook(rehearsal_inventory_copy, standin_hub)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
     assert recap_changed(first.stdout) >= 1
-    model_dir = rehearsal_inventory_copy.parent.parent / ".rehearsal/root/srv/models/DeepSeek-V4-Flash-NVFP4"
+    # One directory per revision, named by its commit; the branch asked for is recorded in refs/.
+    root = rehearsal_inventory_copy.parent.parent / ".rehearsal/root/srv/models/DeepSeek-V4-Flash-NVFP4"
+    model_dir = root / standin_hub.repo.commit
+    assert (root / "refs" / "main").read_text().strip() == standin_hub.repo.commit
     manifest = json.loads((model_dir / ".pd-appliance-manifest.json").read_text())
     assert set(manifest["files"]) >= {"config.json", "model.safetensors.index.json"}
     assert any("/resolve/" in path for _, path in standin_hub.requests)

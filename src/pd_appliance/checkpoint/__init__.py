@@ -9,6 +9,7 @@ from pd_appliance.checkpoint.ensure import (
     CheckpointReport,
     CheckpointRequest,
     ensure_checkpoint,
+    ensure_revision,
     verify_directory,
 )
 from pd_appliance.checkpoint.errors import CheckpointError, CheckpointIntegrityError, FileProblem
@@ -22,5 +23,6 @@ __all__ = [
     "CheckpointRequest",
     "FileProblem",
     "ensure_checkpoint",
+    "ensure_revision",
     "verify_directory",
 ]

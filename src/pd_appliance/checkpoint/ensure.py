@@ -19,10 +19,11 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from pd_appliance.checkpoint import revisions
 from pd_appliance.checkpoint.errors import CheckpointError, CheckpointIntegrityError, FileProblem
 from pd_appliance.checkpoint.hashing import FileDigest, HashJob, default_workers, hash_file, hash_files
 from pd_appliance.checkpoint.manifest import (
@@ -123,6 +124,10 @@ class CheckpointRequest:
     group: str | None = None
     check_mode: bool = False
     disk_reserve_bytes: int = DISK_RESERVE_BYTES
+    # Revision directories (checkpoint_root): `directory` becomes <root>/<commit> (ensure_revision).
+    root: Path | None = None
+    # The commit `revision` was resolved to (ensure_revision sets it, so it is resolved once).
+    commit: str | None = None
 
 
 @dataclass
@@ -145,6 +150,8 @@ class CheckpointReport:
     hashed_bytes: int = 0
     hash_seconds: float = 0.0
     manifest_written: bool = False
+    reused: list[str] = field(default_factory=list)
+    ref_written: bool = False
     ownership_changed: bool = False
     transfer_backend: str = ""
     extra_files: list[str] = field(default_factory=list)
@@ -222,7 +229,11 @@ def ensure_checkpoint(
             report.would_fetch = names
             report.changed = True
             return report
-        _fetch_all(source, request, expected, names, commit, checked, report, uid, gid)
+        if request.root is not None:
+            _reuse(request.root, directory, expected, names, checked, report, request, uid, gid)
+            names = sorted(checked.problems)
+        if names:
+            _fetch_all(source, request, expected, names, commit, checked, report, uid, gid)
 
     unselected = set(old_manifest.unselected) if request.offline and old_manifest else set()
     if not request.offline:
@@ -258,8 +269,37 @@ def ensure_checkpoint(
     if not request.check_mode:
         _clean_partials(directory, expected)
     report.changed = (
-        report.changed or bool(report.fetched) or report.manifest_written or report.ownership_changed
+        report.changed
+        or bool(report.fetched)
+        or bool(report.reused)
+        or report.manifest_written
+        or report.ownership_changed
     )
+    return report
+
+
+def ensure_revision(
+    request: CheckpointRequest, *, progress: ProgressFactory | None = None
+) -> CheckpointReport:
+    """ensure_checkpoint into <request.root>/<commit>, the commit `request.revision` names now (or,
+    offline, the one recorded or pre-seeded); a branch or tag is recorded in <root>/refs/ once its
+    revision is verified. See pd_appliance.checkpoint.revisions."""
+    root = request.root
+    if root is None:
+        raise CheckpointError("ensure_revision needs request.root (checkpoint_root)")
+    if request.offline:
+        commit = revisions.resolve_offline(root, request.revision)
+    else:
+        from pd_appliance.checkpoint.hub import HubSource
+
+        commit = HubSource(request.repo_id, endpoint=request.endpoint, token=request.token).resolve(
+            request.revision
+        )
+    report = ensure_checkpoint(replace(request, directory=root / commit, commit=commit), progress=progress)
+    if not request.check_mode and report.revision:
+        uid, gid = _resolve_owner(request.owner, request.group)
+        report.ref_written = revisions.write_ref(root, request.revision, report.revision, uid, gid)
+        report.changed = report.changed or report.ref_written
     return report
 
 
@@ -338,8 +378,10 @@ def _expected_offline(
             " them."
         )
     wanted = request.revision
-    if wanted not in (manifest.revision, manifest.revision_requested) and not (
-        len(wanted) >= 7 and manifest.revision.startswith(wanted)
+    if (
+        request.commit != manifest.revision
+        and wanted not in (manifest.revision, manifest.revision_requested)
+        and not (len(wanted) >= 7 and manifest.revision.startswith(wanted))
     ):
         raise CheckpointError(
             f"{directory} holds {manifest.repo_id} at {manifest.revision} (requested as"
@@ -359,7 +401,7 @@ def _expected_online(
     from pd_appliance.checkpoint.hub import HubSource, transfer_backend
 
     source = HubSource(request.repo_id, endpoint=request.endpoint, token=request.token)
-    commit = source.resolve(request.revision)
+    commit = source.resolve(request.commit or request.revision)
     remote, source.unselected = source.list_files(
         commit, allow_patterns=request.allow_patterns, ignore_patterns=request.ignore_patterns
     )
@@ -463,10 +505,18 @@ def _fetch_all(
     )
     free = shutil.disk_usage(directory).free
     if needed + request.disk_reserve_bytes > free:
+        kept = ""
+        if request.root is not None:
+            others = [p.name for p in revisions.verified_revisions(request.root) if p != directory]
+            if others:
+                kept = (
+                    f" Earlier revisions kept beside it under {request.root}: {', '.join(others)} (removed"
+                    " when a release on a newer one is accepted; release_keep_checkpoint_revisions)."
+                )
         raise CheckpointError(
-            f"checkpoint_dir {directory} has {free} bytes free; fetching {len(names)} file(s) needs {needed}"
-            f" bytes plus a {request.disk_reserve_bytes}-byte reserve. Fix: free space there, or point"
-            " checkpoint_dir (appliance_model_dir) at a larger filesystem."
+            f"{directory} has {free} bytes free; fetching {len(names)} file(s) needs {needed}"
+            f" bytes plus a {request.disk_reserve_bytes}-byte reserve.{kept} Fix: free space there, or point"
+            " checkpoint_root (appliance_model_root) at a larger filesystem."
         )
 
     def fetch(name: str) -> tuple[str, ManifestEntry | FileProblem]:
@@ -491,6 +541,44 @@ def _fetch_all(
             " mirror?). Fix: re-sync checkpoint_hf_endpoint, or retry against https://huggingface.co:",
             sorted(still_bad, key=lambda p: p.path),
         )
+
+
+def _reuse(
+    root: Path,
+    directory: Path,
+    expected: dict[str, ExpectedFile],
+    names: list[str],
+    checked: _Verification,
+    report: CheckpointReport,
+    request: CheckpointRequest,
+    uid: int | None,
+    gid: int | None,
+) -> None:
+    """Hard-link missing LFS files from verified earlier revisions holding the same bytes, then hash them:
+    a new revision that changes a config re-fetches nothing else. What does not verify is fetched."""
+    sources = revisions.reuse_sources(root, directory)
+    linked: list[HashJob] = []
+    for name in names:
+        want = expected[name]
+        if want.sha256 is None or checked.problems[name].problem != "missing":
+            continue
+        for source, _rel in sources.get(want.sha256, []):
+            if source.stat().st_size == want.size and revisions.link_from(source, directory / name):
+                linked.append(HashJob(name, directory / name, git_sha1=False))
+                break
+    if not linked:
+        return
+    digests = hash_files(linked, workers=request.hash_workers or default_workers())
+    for job in linked:
+        digest = digests[job.key]
+        problem = None if isinstance(digest, OSError) else expected[job.key].problem_with(digest)
+        if isinstance(digest, OSError) or problem is not None:
+            job.path.unlink(missing_ok=True)  # the fetch below gets it
+            continue
+        checked.entries[job.key] = expected[job.key].entry_for(digest)
+        checked.problems.pop(job.key, None)
+        report.reused.append(job.key)
+    report.reused.sort()
 
 
 def _fetch_one(

@@ -76,7 +76,11 @@ def split_engine_argv(words: Sequence[str]) -> tuple[list[str], list[str]]:
     elif len(command) >= 2 and os.path.basename(command[0]) == "sglang" and command[1] == "serve":
         engine, argv = command[:2], command[2:]
     elif command and os.path.basename(command[0]) in REHEARSAL_ENGINES:
-        engine, argv = command[:1], command[1:]
+        # The rehearsal engine's own knobs (--sim-*, exact names) come first and are not SGLang's flags.
+        end = 1
+        while end < len(command) and command[end].startswith("--sim-"):
+            end += 1
+        engine, argv = command[:end], command[end:]
     else:
         raise RenderedCommandError(
             "no SGLang engine command (python -m sglang.launch_server, sglang serve or pd-sim-worker) "

@@ -201,6 +201,9 @@ def sim_parser() -> argparse.ArgumentParser:
     sim.add_argument("--sim-canned-completions", default=os.environ.get("PD_SIM_CANNED_COMPLETIONS"),
                      help="JSON file: prompt prefix -> continuation (PD_SIM_CANNED_COMPLETIONS)")  # fmt: skip
     sim.add_argument("--sim-profile-dir", default=os.environ.get("SGLANG_TORCH_PROFILER_DIR"))
+    sim.add_argument("--sim-sglang-python", default=os.environ.get("PD_SIM_SGLANG_PYTHON"),
+                     help="<venv>/bin/python a real engine would run from: its sglang version and patch"
+                     " series are reported in /server_info and in every response's header")  # fmt: skip
     return p
 
 
@@ -245,6 +248,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, list
         ),
         profile_dir=args.sim_profile_dir,
         canned=canned,
+        sglang_python=args.sim_sglang_python,
     )
     return config, list(args.sim_ignored)
 

@@ -41,6 +41,7 @@ from pd_standins.engine.bootstrap import (
     rendezvous,
 )
 from pd_standins.engine.metrics import EngineMetrics, RequestMetrics
+from pd_standins.engine.release import describe, header_value
 from pd_standins.engine.text import CannedCompletions, Completion, TokenCounter, complete
 
 UNGUARDED_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
@@ -69,6 +70,8 @@ class SimConfig:
     pd: PdTimeouts = field(default_factory=PdTimeouts)
     profile_dir: str | None = None
     canned: CannedCompletions = field(default_factory=CannedCompletions)
+    # The interpreter the real engine would run from (its venv is the release's SGLang build).
+    sglang_python: str | None = None
 
     @property
     def model_name(self) -> str:
@@ -155,6 +158,8 @@ class SimWorker:
             queued=lambda: float(self.queued),
         )
         self.rooms.metrics = self.sglang_metrics
+        self.release = describe(config.sglang_python, config.model_path)
+        self.stamp = f"{SIMULATOR_BANNER}; role={config.role}; {header_value(self.release)}"
 
     # ---- plumbing -------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -197,11 +202,11 @@ class SimWorker:
 
     def _stamp(self, response: web.StreamResponse) -> None:
         if not response.prepared:
-            response.headers[SIMULATOR_HEADER] = f"{SIMULATOR_BANNER}; role={self.config.role}"
+            response.headers[SIMULATOR_HEADER] = self.stamp
             response.headers["Server"] = SIMULATOR_BANNER
 
     def _headers(self) -> dict[str, str]:
-        return {SIMULATOR_HEADER: f"{SIMULATOR_BANNER}; role={self.config.role}", "Server": SIMULATOR_BANNER}
+        return {SIMULATOR_HEADER: self.stamp, "Server": SIMULATOR_BANNER}
 
     def _loading(self) -> bool:
         return time.monotonic() - self.stats.started < self.config.startup_delay_s
@@ -239,6 +244,7 @@ class SimWorker:
             "sim_ttft_ms": c.ttft_s * 1000,
             "sim_tpot_ms": c.tpot_s * 1000,
             "sim_canned_prefixes": [prefix for prefix, _ in c.canned.entries],
+            "stands_in_for": self.release,
             "internal_states": [
                 {"simulator": True, "last_gen_throughput": 0.0, "avg_spec_accept_length": None}
             ],

@@ -1,0 +1,43 @@
+"""Release filters (controller side): the build id that names an SGLang venv, and the patch series it carries.
+
+They read the patch series and lock files on the controller, so every stage derives the same
+appliance_sglang_venv (pd_appliance.release.build) without asking a host.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    import pd_appliance  # noqa: F401
+except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from ansible.errors import AnsibleFilterError
+
+from pd_appliance.release import ReleaseError, build
+
+
+def pd_release_build_id(dirs: list[str]) -> str:
+    """[sglang_patch_series_dir, sglang_lock_dir] -> the 12-hex build id of the venv."""
+    if not isinstance(dirs, list | tuple) or len(dirs) != 2:
+        raise AnsibleFilterError("pd_release_build_id takes [sglang_patch_series_dir, sglang_lock_dir]")
+    try:
+        return build.build_id(Path(str(dirs[0])), Path(str(dirs[1])))
+    except ReleaseError as exc:
+        raise AnsibleFilterError(exc.message) from exc
+
+
+def pd_release_series(series_dir: str) -> list[dict[str, str]]:
+    """The patch series of sglang_patch_series_dir as the venv records it: [{name, sha256}] in order."""
+    try:
+        return build.series_identity(Path(str(series_dir)))
+    except ReleaseError as exc:
+        raise AnsibleFilterError(exc.message) from exc
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"pd_release_build_id": pd_release_build_id, "pd_release_series": pd_release_series}

@@ -1,0 +1,323 @@
+"""The release rehearsal: the lab layout on this machine, driven through release changes.
+
+Real parts: ansible-playbook with the product's roles (sglang, checkpoint, serving, validation, release),
+uv installing the real sglang 0.5.23 wheel and the real patch series from a local wheelhouse, the
+hf_checkpoint module against the Hub stand-in (two commits), supervisord with the product's RPC
+extension, smg, and the rehearsal engine. What the test sets with -e and why:
+
+- appliance_root (a short /tmp path: supervisor's socket path must stay under 108 bytes), ports (free ones);
+- a tools venv of its own (the dev venv's packages through a .pth; pip puts uv into it), the dev venv as
+  router venv (smg);
+- sglang_install_source=wheelhouse with a local wheelhouse, and locks reduced to what is installed without
+  the CUDA stack (sglang, nixl-cu13, nixl): the release path is the lab's (the lock proven against the
+  source, installed hash-checked), only without reaching PyPI for ~300 packages per venv
+  (tests/sglang/test_provision_rehearsal.py proves the whole lock against PyPI);
+- the pd_appliance wheel (appliance_tools builds it in a lab run);
+- a small validation workload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pd_standins.sglang_wheel import build as build_standin
+from pd_standins.sglang_wheel import lock_entries
+from pd_testlib import free_ports
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+PLAYBOOK = ROOT / "tests" / "releases" / "release_playbook.yml"
+SGLANG_VERSION = "0.5.23"
+STANDIN_VERSION = "0.5.24+standin"
+KEEP = ["nixl-cu13", "nixl"]
+REPO_ID = "nvidia/DeepSeek-V4-Flash-NVFP4"
+# A third patch for the "changed patch series" release: a comment line at the top of sglang/version.py.
+EXTRA_PATCH = (
+    "Release rehearsal: a third patch, so the series (and so the venv's build) changes.\n\n"
+    "--- a/sglang/version.py\n+++ b/sglang/version.py\n@@ -1,3 +1,4 @@\n"
+    "+# pd-appliance release rehearsal: patched by 0003 (tests/releases).\n"
+    " try:\n     from sglang._version import __version__, __version_tuple__\n except ImportError:\n"
+)
+
+
+def wheel_dir() -> Path:
+    for d in (os.environ.get("PD_WHEEL_DIR"), ROOT / "artifacts" / "wheels", "/work/wheels"):
+        if d and list(Path(d).glob(f"sglang-{SGLANG_VERSION}-cp311-*.whl")):
+            return Path(d)
+    raise FileNotFoundError("the sglang 0.5.23 wheel is absent: make wheels")
+
+
+def ensure_uv_wheel(cache: Path) -> Path:
+    """uv's pinned wheel (files/locks/uv.txt, hash-checked) for the wheelhouse; downloaded once."""
+    found = sorted(cache.glob("uv-*manylinux*x86_64*.whl"))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--require-hashes"]
+        cmd += ["--only-binary=:all:", "-d", str(cache), "-r", str(ROOT / "files" / "locks" / "uv.txt")]
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+        found = sorted(cache.glob("uv-*manylinux*x86_64*.whl"))
+    return found[0]
+
+
+@dataclass
+class Assets:
+    """Everything the releases install from, built once: wheelhouse, locks, series, tools venv."""
+
+    base: Path
+    wheelhouse: Path
+    lock_real: Path
+    lock_standin: Path
+    series_real: Path
+    series_changed: Path
+    series_standin: Path
+    pd_wheel: Path
+    tools_venv: Path
+
+
+def build_assets(base: Path) -> Assets:
+    wheels = wheel_dir()
+    python = "3.11"
+    standin = build_standin(
+        base / "standin",
+        STANDIN_VERSION,
+        ROOT / f"files/locks/sglang-{SGLANG_VERSION}/py{python}-x86_64.txt",
+        KEEP,
+        wheels,
+        python,
+    )
+    wheelhouse = Path(standin["wheelhouse"])
+    shutil.copy2(next(wheels.glob(f"sglang-{SGLANG_VERSION}-cp311-*.whl")), wheelhouse)
+    shutil.copy2(ensure_uv_wheel(wheels), wheelhouse)
+    # The real 0.5.23 lock, reduced to the packages installed without the CUDA stack.
+    lock_real = base / "locks" / f"sglang-{SGLANG_VERSION}"
+    lock_real.mkdir(parents=True)
+    real_text = (ROOT / f"files/locks/sglang-{SGLANG_VERSION}/py{python}-x86_64.txt").read_text()
+    (lock_real / f"py{python}-x86_64.txt").write_text(lock_entries(real_text, ["sglang", *KEEP]))
+    manifest = json.loads((ROOT / f"files/locks/sglang-{SGLANG_VERSION}/manifest.json").read_text())
+    manifest["locks"] = {python: f"py{python}-x86_64.txt"}
+    (lock_real / "manifest.json").write_text(json.dumps(manifest))
+    series_changed = base / "series-changed"
+    shutil.copytree(ROOT / f"files/patches/sglang/{SGLANG_VERSION}", series_changed)
+    (series_changed / "0003-release-rehearsal.patch").write_text(EXTRA_PATCH)
+    with (series_changed / "series").open("a") as fh:
+        fh.write("0003-release-rehearsal.patch\n")
+    pd_wheel_dir = base / "pd-wheel"
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    cmd += ["-w", str(pd_wheel_dir), str(ROOT)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    tools = base / "tools"
+    subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True, timeout=120)
+    [site] = tools.glob("lib/python3*/site-packages")
+    dev_site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    (site / "pd-dev-venv.pth").write_text(f"import site; site.addsitedir({str(dev_site)!r})\n")
+    for script in ("supervisord", "supervisorctl"):
+        (tools / "bin" / script).symlink_to(BIN / script)
+    return Assets(
+        base=base, wheelhouse=wheelhouse, lock_real=lock_real, lock_standin=Path(standin["lock_dir"]),
+        series_real=ROOT / f"files/patches/sglang/{SGLANG_VERSION}", series_changed=series_changed,
+        series_standin=Path(standin["series_dir"]), pd_wheel=next(pd_wheel_dir.glob("pd_appliance-*.whl")),
+        tools_venv=tools,
+    )  # fmt: skip
+
+
+def ansible_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
+    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env.setdefault("USER", "root" if os.geteuid() == 0 else os.getlogin())
+    return env
+
+
+@dataclass
+class Lab:
+    """One rehearsal deployment under `root`, with the variables of the release it is asked for."""
+
+    base: Path
+    assets: Assets
+    hub: Any
+    inventory: Path
+    variables: dict[str, Any]
+    ports: dict[str, int]
+    seen_pids: set[int] = field(default_factory=set)
+
+    @property
+    def root(self) -> Path:
+        return Path(self.variables["appliance_root"])
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "etc/pd-appliance/supervisor/supervisord.conf"
+
+    @property
+    def router(self) -> str:
+        return f"http://127.0.0.1:{self.ports['serving_router_port']}"
+
+    @property
+    def api_key(self) -> str:
+        return (ROOT / "artifacts" / "credentials" / "serving_router_api_key").read_text().strip()
+
+    def release(self, **changes: Any) -> None:
+        """Ask for another release: the variables a change of the inventory would bring."""
+        self.variables.update(changes)
+
+    def play(
+        self, tags: str, *extra: str, playbook: Path = PLAYBOOK, timeout: int = 900
+    ) -> subprocess.CompletedProcess:
+        vars_file = self.base / "vars.json"
+        vars_file.write_text(json.dumps(self.variables))
+        cmd = [str(BIN / "ansible-playbook"), str(playbook), "-i", str(self.inventory), "-e", f"@{vars_file}"]
+        if tags:
+            cmd += ["--tags", tags]
+        result = subprocess.run([*cmd, *extra], cwd=ROOT, env=ansible_env(), capture_output=True, text=True,
+                                timeout=timeout, check=False)  # fmt: skip
+        self.seen_pids |= set(self.pids().values())
+        return result
+
+    def cli(self, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+        vars_file = self.base / "vars.json"
+        vars_file.write_text(json.dumps(self.variables))
+        cmd = [str(BIN / "pd-appliance"), *args, "-i", str(self.inventory), "-e", f"@{vars_file}"]
+        result = subprocess.run(
+            cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
+        self.seen_pids |= set(self.pids().values())
+        return result
+
+    def ctl(self, *args: str) -> str:
+        return subprocess.run([str(BIN / "supervisorctl"), "-c", str(self.conf), *args], capture_output=True,
+                              text=True, timeout=60, check=False).stdout  # fmt: skip
+
+    def pids(self) -> dict[str, int]:
+        if not self.conf.exists():
+            return {}
+        return {
+            m.group(1): int(m.group(2))
+            for m in re.finditer(r"^pd:(\S+)\s+RUNNING\s+pid (\d+)", self.ctl("status"), re.M)
+        }
+
+    def ask(self, prompt: str = "The capital of France is") -> tuple[int, str]:
+        """One completion through the router: (status, the answering engine's X-PD-Simulator header)."""
+        body = json.dumps({"model": "dsv4-flash", "prompt": prompt, "max_tokens": 4}).encode()
+        request = urllib.request.Request(
+            self.router + "/v1/completions", body,
+            {"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.headers.get("X-PD-Simulator", "")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers.get("X-PD-Simulator", "") if exc.headers else ""
+        except OSError:
+            return 0, ""
+
+    def worker(self, role: str, path: str) -> Any:
+        port = self.ports[f"serving_{role}_port"]
+        # Workers take the router's key too (serving_worker_require_api_key); /metrics needs none.
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {self.api_key}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read().decode()
+        return json.loads(body) if path != "/metrics" else body
+
+    def requests_served(self, role: str) -> float:
+        """sglang:num_requests_total of the running `role` worker (SGLang's counter, the engine keeps it)."""
+        text = self.worker(role, "/metrics")
+        return sum(float(v) for v in re.findall(r"(?m)^sglang:num_requests_total\{[^}]*\} (\S+)$", text))
+
+    def state(self) -> dict[str, Any]:
+        return json.loads((self.root / "var/lib/pd-appliance/releases/state.json").read_text())
+
+    def record(self, release_id: str) -> dict[str, Any]:
+        return json.loads(
+            (self.root / f"var/lib/pd-appliance/releases/records/{release_id}.json").read_text()
+        )
+
+    def venvs(self) -> list[str]:
+        home = self.root / "opt/pd-appliance/sglang"
+        return sorted(p.name for p in home.iterdir()) if home.is_dir() else []
+
+    def revisions(self) -> list[str]:
+        models = self.root / "srv/models/DeepSeek-V4-Flash-NVFP4"
+        return (
+            sorted(p.name for p in models.iterdir() if re.fullmatch(r"[0-9a-f]{40}", p.name))
+            if models.is_dir()
+            else []
+        )
+
+    def stop(self) -> None:
+        """Shut supervisord down; SIGKILL only processes this test saw it run, if they linger."""
+        pidfile = self.root / "run/pd-appliance/supervisord.pid"
+        supervisord = int(pidfile.read_text()) if pidfile.exists() else None
+        self.seen_pids |= set(self.pids().values())
+        if self.conf.exists():
+            with contextlib.suppress(Exception):
+                self.ctl("shutdown")
+        candidates = {p for p in self.seen_pids | {supervisord} if p}
+        deadline = time.monotonic() + 60
+        while candidates and time.monotonic() < deadline:
+            candidates = {p for p in candidates if _alive(p)}
+            time.sleep(0.5)
+        for pid in candidates:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return False
+    return True
+
+
+def new_lab(hub: Any, assets: Assets) -> Lab:
+    base = Path(tempfile.mkdtemp(prefix="pdrel-", dir="/tmp"))
+    inventory = base / "inventory" / "rehearsal"
+    shutil.copytree(ROOT / "inventory" / "rehearsal", inventory)
+    names = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
+             "serving_router_metrics_port")  # fmt: skip
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
+    # The appliance_tools role creates the state directory in a lab run; this test runs the sglang role alone.
+    (base / "root" / "var/lib/pd-appliance").mkdir(parents=True)
+    variables: dict[str, Any] = {
+        **ports,
+        "appliance_root": str(base / "root"),
+        "appliance_tools_venv": str(assets.tools_venv),
+        "appliance_router_venv": sys.prefix,
+        "appliance_tools_pd_appliance_wheel": str(assets.pd_wheel),
+        "checkpoint_hf_endpoint": hub.url,
+        "checkpoint_revision": hub.repo.commit,
+        "sglang_install_source": "wheelhouse",
+        "sglang_wheelhouse": str(assets.wheelhouse),
+        "sglang_cuda_free_packages": ["sglang", *KEEP],
+        "sglang_version": SGLANG_VERSION,
+        "sglang_lock_dir": str(assets.lock_real),
+        "sglang_patch_series_dir": str(assets.series_real),
+        "validation_artifacts_dir": str(base / "artifacts"),
+        "validation_concurrency": [1, 16],
+        "validation_num_requests": [3, 32],
+        "validation_warmup_requests": [1, 16],
+        "validation_input_len": 64,
+        "validation_output_len": 64,
+        "validation_ready_timeout_s": 60,
+        "release_keep": 2,
+        "release_keep_checkpoint_revisions": 1,
+    }
+    return Lab(base=base, assets=assets, hub=hub, inventory=inventory, variables=variables, ports=ports)
