@@ -53,8 +53,12 @@ def _get(url: str, timeout: float = 10) -> Any:
         return json.loads(r.read())
 
 
+ROUTER_KEY = "monitor-test-router-key"
+
+
 def _post(url: str, body: dict[str, Any]) -> int:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {ROUTER_KEY}"}
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers)
     with urllib.request.urlopen(request, timeout=30) as r:
         r.read()
         return r.status
@@ -111,7 +115,7 @@ def deployment(tmp_path_factory):
     ports = dict(zip(names, _free_ports(len(names)), strict=True))
     variables = {
         "appliance_root": str(base / "root"), "appliance_tools_venv": sys.prefix,
-        "appliance_router_venv": sys.prefix, **ports,
+        "appliance_router_venv": sys.prefix, **ports, "serving_router_api_key": ROUTER_KEY,
         # Test settings: scrape and evaluate every second, call a worker down after 3 s.
         "monitoring_prometheus_scrape_interval": "1s",
         "monitoring_prometheus_evaluation_interval": "1s", "monitoring_alert_worker_down_for": "3s",

@@ -317,6 +317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ld.add_argument("--concurrency", type=int, default=4)
     ld.add_argument("--max-tokens", type=int, default=64)
     ld.add_argument("--api-key-env", default=None, help="environment variable holding the router API key")
+    ld.add_argument(
+        "--api-key-stdin", action="store_true",
+        help="read the router API key from stdin (Ansible's `environment:` would put it on a command line)",
+    )  # fmt: skip
     k = sub.add_parser("top-kernels")
     k.add_argument("--dir", required=True)
     k.add_argument("--since", type=float, default=0.0)
@@ -335,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = diagnostics(args.out, args.path, extra, args.pip_python)
     elif args.command == "load":
         key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        if args.api_key_stdin:
+            key = sys.stdin.readline().strip() or None
         result = load(args.url, args.model, args.requests, args.concurrency, args.max_tokens, key)
     else:
         traces = find_traces(args.dir, args.since)

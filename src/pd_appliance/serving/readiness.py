@@ -143,6 +143,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--router", required=True, help="router base URL, e.g. http://127.0.0.1:8000")
     parser.add_argument("--api-key-env", default="", help="environment variable holding the router's key")
+    parser.add_argument(
+        "--api-key-stdin", action="store_true",
+        help="read the router's key from stdin (Ansible's `environment:` would put it on a command line)",
+    )  # fmt: skip
     parser.add_argument("--worker-health-path", default="/health")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="per probe")
     parser.add_argument("--wait-s", type=float, default=0.0, help="look again until ready, this long")
@@ -153,6 +157,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     api_key = os.environ.get(args.api_key_env, "") if args.api_key_env else ""
+    if args.api_key_stdin:
+        api_key = sys.stdin.readline().strip()
     result = wait(
         lambda: check(args.router, api_key, args.worker_health_path, args.timeout_s),
         args.wait_s,
