@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import grp
 import json
+import re
 import os
 import pwd
 import shlex
@@ -82,13 +83,17 @@ def lab(tmp_path_factory, repo_root) -> Path:
 
 def test_lab_prefill_command_gpus_and_numa(lab: Path) -> None:
     p = _program(lab / "etc/pd-appliance/supervisor/conf.d/prefill.conf", "prefill")
-    tools, sglang = f"{lab}/opt/pd-appliance/tools/bin/python", f"{lab}/opt/pd-appliance/sglang/bin/python"
+    tools, sglang = f"{lab}/opt/pd-appliance/tools/bin/python", p["argv"][10]
+    # The release's venv: one per SGLang version and build (patch series + locks digest).
+    assert re.fullmatch(rf"{lab}/opt/pd-appliance/sglang/0\.5\.23-[0-9a-f]{{12}}/bin/python", sglang), sglang
     assert p["argv"] == [
         tools, "-m", "pd_appliance.serving.launch",
         f"--env-file={lab}/etc/pd-appliance/serving/prefill.env",
         "--secret-arg=--api-key=SERVING_ROUTER_API_KEY", "--",
         "/usr/bin/numactl", "--cpunodebind=0", "--membind=0", "--",
-        sglang, "-m", "sglang.launch_server", "--model-path", f"{lab}/srv/models/DeepSeek-V4-Flash-NVFP4",
+        sglang, "-m", "sglang.launch_server",
+        # Render only: checkpoint_revision (main) is not resolved to a commit here, so it names the directory.
+        "--model-path", f"{lab}/srv/models/DeepSeek-V4-Flash-NVFP4/main",
         "--served-model-name", "dsv4-flash", "--trust-remote-code", "--tp-size", "4", "--host", "192.0.2.10",
         "--port", "30000", "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "nixl",
         "--disaggregation-bootstrap-port", "8998", "--moe-runner-backend", "flashinfer_cutlass",

@@ -57,6 +57,12 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": base / ".rehearsal" / "root", "first": first, "second": second}  # type: ignore[dict-item]
 
 
+def sglang_venv(home: Path) -> Path:
+    """The SGLang venv of this release: one per version and build, <home>/sglang/<version>-<build>."""
+    [venv] = (home / "sglang").glob(f"{SGLANG_VERSION}-*")
+    return venv
+
+
 @pytest.mark.slow
 def test_first_run_installs_patches_and_records(rehearsal) -> None:
     run = rehearsal["first"]
@@ -75,11 +81,11 @@ def test_first_run_installs_patches_and_records(rehearsal) -> None:
     proven = f"{locked} locked packages proven against https://pypi.org/simple/ for Python {python}"
     assert proven in out, out[-3000:]
     home = rehearsal["root"] / "opt" / "pd-appliance"
-    marker = json.loads((home / "sglang" / "pd-appliance-patches.json").read_text())
+    marker = json.loads((sglang_venv(home) / "pd-appliance-patches.json").read_text())
     assert [p["name"] for p in marker["patches"]] == [
         ln.strip() for ln in (SERIES_DIR / "series").read_text().splitlines() if ln.strip() and ln[0] != "#"
     ]
-    [site] = (home / "sglang").glob("lib/python3*/site-packages")
+    [site] = sglang_venv(home).glob("lib/python3*/site-packages")
     assert "force_env(" in (site / "sglang/srt/arg_groups/model_hook.py").read_text()
     assert list((site / "sglang/srt/arg_groups/__pycache__").glob("model_hook.*.pyc")), "byte-compiled"
     assert versions["versions"]["sglang"] == SGLANG_VERSION and versions["versions"]["nixl"] == "1.5.1"
@@ -87,11 +93,11 @@ def test_first_run_installs_patches_and_records(rehearsal) -> None:
     assert versions["versions"]["pd-appliance"] == "0.1.0"
     assert versions["installer"] == "uv" and versions["lock"] == lock.name and versions["cuda_stack"] is False
     # Exactly the CUDA-free part of the lock went in, each at its locked version and from a hashed file.
-    [venv_site] = (home / "sglang").glob("lib/python3*/site-packages")
+    [venv_site] = sglang_venv(home).glob("lib/python3*/site-packages")
     installed = {p.name.split("-")[0].lower() for p in venv_site.glob("*.dist-info")}
     assert installed >= {"sglang", "nixl_cu13", "nixl", "numpy", "pd_appliance"}
     assert not installed & {"torch", "flashinfer_python", "sglang_kernel", "triton"}
-    nixl_py = home / "sglang" / "bin" / "python"
+    nixl_py = sglang_venv(home) / "bin" / "python"
     probe = "import nixl, nixl._api; from nixl._api import nixl_agent; print('ok')"
     assert subprocess.run([str(nixl_py), "-c", probe], capture_output=True, text=True).stdout.strip() == "ok"
     assert (home / "tools" / "bin" / "uv").exists(), "uv comes from its hashed pin into the tools venv"
@@ -116,7 +122,7 @@ def test_second_run_changes_nothing(rehearsal) -> None:
 def test_module_fails_naming_patch_and_hunk_on_the_installed_venv(rehearsal, tmp_path: Path) -> None:
     assert rehearsal["first"].returncode == 0
     home = rehearsal["root"] / "opt" / "pd-appliance"
-    [site] = (home / "sglang").glob("lib/python3*/site-packages")
+    [site] = sglang_venv(home).glob("lib/python3*/site-packages")
     series = tmp_path / "series"
     shutil.copytree(SERIES_DIR, series)
     target = "sglang/srt/arg_groups/model_hook.py"
@@ -130,8 +136,8 @@ def test_module_fails_naming_patch_and_hunk_on_the_installed_venv(rehearsal, tmp
         [
             f"site_packages={site}",
             f"series_dir={series}",
-            f"marker={home / 'sglang' / 'pd-appliance-patches.json'}",
-            f"pristine_dir={home / 'sglang' / 'pd-appliance-pristine'}",
+            f"marker={sglang_venv(home) / 'pd-appliance-patches.json'}",
+            f"pristine_dir={sglang_venv(home) / 'pd-appliance-pristine'}",
             f"version={SGLANG_VERSION}",
         ]
     )
