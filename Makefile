@@ -62,8 +62,12 @@ syntax: venv
 	$(BIN)/ansible-playbook --syntax-check site.yml -i inventory/rehearsal
 	$(BIN)/ansible-playbook --syntax-check site.yml -i inventory/lab
 
+# Two workers, a test file each (--dist loadfile keeps a file's module-scoped deployment on one
+# worker): the rehearsal tests spend much of their time waiting on programs, so two share 2 cores
+# well. PYTEST_WORKERS=0 runs serially.
+PYTEST_WORKERS ?= 2
 pytest: venv wheels
-	PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q
+	PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 molecule: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s default

@@ -123,8 +123,11 @@ def build_assets(base: Path) -> Assets:
     [site] = tools.glob("lib/python3*/site-packages")
     dev_site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
     (site / "pd-dev-venv.pth").write_text(f"import site; site.addsitedir({str(dev_site)!r})\n")
-    for script in ("supervisord", "supervisorctl"):
-        (tools / "bin" / script).symlink_to(BIN / script)
+    # The dev venv's scripts the roles run from the tools venv. uv too when the dev venv has it: the
+    # .pth makes pip see it as installed there, so the sglang role's `pip install uv` would add no bin/uv.
+    for script in ("supervisord", "supervisorctl", "uv"):
+        if (BIN / script).exists():
+            (tools / "bin" / script).symlink_to(BIN / script)
     return Assets(
         base=base, wheelhouse=wheelhouse, lock_real=lock_real, lock_standin=Path(standin["lock_dir"]),
         series_real=ROOT / f"files/patches/sglang/{SGLANG_VERSION}", series_changed=series_changed,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import grp
 import json
-import re
 import os
 import pwd
+import re
 import shlex
 import stat
 from pathlib import Path

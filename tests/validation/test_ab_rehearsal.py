@@ -76,8 +76,9 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         "serving_router_api_key": "tuner-test-key",
     }
     root = rehearsal_inventory_copy.parent.parent / ".rehearsal" / "root"
-    # What the checkpoint stage leaves on the host: the Hub stand-in's checkpoint, tokenizer included.
-    model_dir = root / "srv" / "models" / "DeepSeek-V4-Flash-NVFP4"
+    # What the checkpoint stage leaves on the host: the Hub stand-in's checkpoint, tokenizer included, in
+    # the directory of the revision served (checkpoint_revision "main", not resolved by this test).
+    model_dir = root / "srv" / "models" / "DeepSeek-V4-Flash-NVFP4" / "main"
     generate(model_dir)
     config = root / "etc" / "pd-appliance" / "supervisor" / "supervisord.conf"
     conf_d = config.parent / "conf.d"
