@@ -64,10 +64,11 @@ syntax: venv
 
 # Two workers, a test file each (--dist loadfile keeps a file's module-scoped deployment on one
 # worker): the rehearsal tests spend much of their time waiting on programs, so two share 2 cores
-# well. PYTEST_WORKERS=0 runs serially.
+# well. --no-loadscope-reorder keeps the order tests/conftest.py sets (longest files first; xdist
+# would otherwise order files by their number of tests). PYTEST_WORKERS=0 runs serially.
 PYTEST_WORKERS ?= 2
 pytest: venv wheels
-	PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
+	PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 molecule: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s default
