@@ -55,7 +55,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SK
 def lab_inventory(target: Path) -> Path:
     """The multinode scenario's inventory, moved to the faults lab's addresses and SSH directory."""
     shutil.copytree(SCENARIO_INVENTORY / "group_vars", target / "group_vars")  # links become files
-    shutil.copytree(SCENARIO_INVENTORY / "host_vars", target / "host_vars")  # the lab's two-host layout
     text = (SCENARIO_INVENTORY / "hosts.yml").read_text()
     text = ADDRESS.sub(lambda m: f"10.254.81.{128 + int(m.group(1))}", text)
     text = text.replace("{{ inventory_dir }}/../../../.rehearsal/containers/multinode", LAB["pdlab_dir"])
