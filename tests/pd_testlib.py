@@ -6,9 +6,13 @@ A module of its own (tests/ is on pytest's pythonpath) because every area has a 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,3 +51,28 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (the state field follows the command's ')')."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def reap(pids: Iterable[int | None], timeout_s: float = 60.0) -> None:
+    """Wait up to `timeout_s` for the processes to exit (supervisord was told to shut down), then
+    SIGKILL those that linger: only the pids a test saw its own deployment start."""
+    candidates = {p for p in pids if p}
+    deadline = time.monotonic() + timeout_s
+    while candidates and time.monotonic() < deadline:
+        candidates = {p for p in candidates if alive(p)}
+        time.sleep(0.5)
+    for pid in candidates:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

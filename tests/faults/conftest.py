@@ -11,30 +11,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fault_deployment import Deployment
 
-from pd_testlib import free_ports
+from pd_testlib import free_ports, reap
 
 API_KEY = "fault-suite-router-key"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
 
 
 def _stop_everything(dep: Deployment) -> None:
@@ -48,14 +35,7 @@ def _stop_everything(dep: Deployment) -> None:
         subprocess.run(
             [str(binary), "-c", str(dep.conf), "shutdown"], capture_output=True, timeout=90, check=False
         )
-    candidates = {p for p in dep.seen_pids | {supervisord} if p}
-    deadline = time.monotonic() + 60
-    while candidates and time.monotonic() < deadline:
-        candidates = {p for p in candidates if _alive(p)}
-        time.sleep(0.5)
-    for pid in candidates:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    reap(dep.seen_pids | {supervisord})
 
 
 @pytest.fixture(scope="package")

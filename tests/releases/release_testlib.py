@@ -23,11 +23,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -36,7 +34,7 @@ from typing import Any
 
 from pd_standins.sglang_wheel import build as build_standin
 from pd_standins.sglang_wheel import lock_entries
-from pd_testlib import free_ports
+from pd_testlib import free_ports, reap
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -269,25 +267,7 @@ class Lab:
         if self.conf.exists():
             with contextlib.suppress(Exception):
                 self.ctl("shutdown")
-        candidates = {p for p in self.seen_pids | {supervisord} if p}
-        deadline = time.monotonic() + 60
-        while candidates and time.monotonic() < deadline:
-            candidates = {p for p in candidates if _alive(p)}
-            time.sleep(0.5)
-        for pid in candidates:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
-            return False
-    return True
+        reap(self.seen_pids | {supervisord})
 
 
 def new_lab(hub: Any, assets: Assets) -> Lab:

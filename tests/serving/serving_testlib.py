@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pd_testlib import run_playbook
+from pd_testlib import reap, run_playbook
 
 
 @dataclass
@@ -81,22 +78,4 @@ def _stop_everything(root: Path, conf: Path, started_pids: set[int]) -> None:
         subprocess.run(
             [str(binary), "-c", str(conf), "shutdown"], capture_output=True, timeout=60, check=False
         )
-    deadline = time.monotonic() + 60
-    candidates = {p for p in started_pids | {supervisord} if p}
-    while candidates and time.monotonic() < deadline:
-        candidates = {p for p in candidates if _alive(p)}
-        time.sleep(0.5)
-    for pid in candidates:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
-            return False
-    return True
+    reap(started_pids | {supervisord})
