@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pd_appliance.supply import ubuntu_driver
+from pd_standins.apt_repo import build_deb, ubuntu_signed_packages
 from pd_testlib import ROOT, run_playbook
 
 USERSPACE = "nvidia-headless-no-dkms-580-server-open"
@@ -219,3 +223,91 @@ def test_preflight_refuses_a_missing_release_and_says_when_the_archive_is_unreac
     else:
         assert findings["errors"] == [] and not findings["plan"]["reachable"]
         assert "WARNING: localhost: apt knows no version of " + USERSPACE in " ".join(done.stdout.split())
+
+
+APT_PLAY = """
+- name: The ubuntu-signed task file against apt on a scratch root holding Ubuntu-shaped stand-ins
+  hosts: prefill
+  gather_facts: true
+  environment:
+    APT_CONFIG: "{{ apt_config }}"
+  roles:
+    - role: appliance_defaults
+  tasks:
+    - name: The role's release pin (config.yml), as the driver stage renders it first
+      ansible.builtin.include_role:
+        name: nvidia_driver
+        tasks_from: config
+    - name: Run the role's ubuntu-signed choice
+      ansible.builtin.include_role:
+        name: nvidia_driver
+        tasks_from: ubuntu_signed
+      vars:
+        nvidia_driver_source: ubuntu-signed
+    - name: Keep what it would install
+      ansible.builtin.copy:
+        dest: "{{ out }}"
+        content: "{{ nvidia_driver_ubuntu | to_json }}"
+        mode: "0644"
+"""
+
+
+def _apt(env: dict[str, str], *argv: str) -> str:
+    done = subprocess.run(argv, env=env, check=False, capture_output=True, text=True)
+    assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_real_apt_takes_the_module_build_of_the_userspace_release_not_the_newest(
+    tmp_path: Path, rehearsal_inventory_copy: Path
+) -> None:
+    kernel = os.uname().release
+    module = f"linux-modules-nvidia-580-server-open-{kernel}"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for pkg in ubuntu_signed_packages(kernel):
+        build_deb(pkg, repo, tmp_path / "build")
+    index = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", "."], cwd=repo, check=True, capture_output=True
+    ).stdout
+    (repo / "Packages").write_bytes(index)
+    root = rehearsal_inventory_copy.parent.parent / ".rehearsal" / "root"
+    for d in ("var/lib/dpkg", "var/lib/apt/lists/partial", "var/cache/apt/archives/partial",
+              "etc/apt/sources.list.d", "etc/apt/preferences.d", "etc/apt/apt.conf.d"):  # fmt: skip
+        (root / d).mkdir(parents=True, exist_ok=True)
+    (root / "var/lib/dpkg/status").write_text("")
+    (root / "etc/apt/sources.list").write_text(f"deb [trusted=yes] file:{repo} ./\n")
+    conf = tmp_path / "apt.conf"
+    conf.write_text(f'Dir "{root}/";\nDir::State::status "{root}/var/lib/dpkg/status";\n'
+                    'APT::Sandbox::User "root";\nAcquire::Languages "none";\n')  # fmt: skip
+    env = {**os.environ, "APT_CONFIG": str(conf)}
+    _apt(env, "apt-get", "update")
+    base = f"{kernel.partition('-')[0]}-"
+    assert f"Candidate: {base}" in _apt(env, "apt-cache", "policy", module)
+    assert "+1" in _apt(env, "apt-cache", "policy", module).split("Candidate: ")[1].split()[0]  # newest
+
+    out = tmp_path / "chosen.json"
+    play = tmp_path / "play.yml"
+    play.write_text(APT_PLAY)
+    done = run_playbook(
+        play,
+        rehearsal_inventory_copy,
+        "-e", f"apt_config={conf}", "-e", f"out={out}", "-e", "nvidia_driver_version=580.126.20",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    chosen = json.loads(out.read_text())
+    assert chosen["userspace_version"] == "580.126.20-0ubuntu0.24.04.2"
+    assert chosen["module_version"].startswith(base) and "+1" not in chosen["module_version"]
+    # the role's pin (00-pd-appliance-nvidia-modules.pref) now makes it apt's candidate too
+    policy = _apt(env, "apt-cache", "policy", module)
+    assert f"Candidate: {chosen['module_version']}\n" in policy and "1001" in policy
+    plan = _apt(env, "apt-get", "-s", "install", f"{USERSPACE}={chosen['userspace_version']}",
+                f"{module}={chosen['module_version']}")  # fmt: skip
+    assert f"Inst {module} ({chosen['module_version']} " in plan
+    assert "Inst nvidia-kernel-common-580-server (580.126.20-0ubuntu0.24.04.2 " in plan
+    # and packages.yml holds both: they are in the driver tree the role apt-mark holds
+    tree = yaml.safe_load((ROOT / "roles/nvidia_driver/defaults/main.yml").read_text())[
+        "nvidia_driver_tree_regex"
+    ]
+    assert re.match(tree, module) and re.match(tree, USERSPACE)
