@@ -117,7 +117,8 @@ def plan(
             reachable=False,
             note=(
                 f"{where}apt knows no version of {userspace_package} (`apt-cache madison` is empty): "
-                "Ubuntu's archive is unreachable from this host or its restricted component is not on, so "
+                "Ubuntu's archive is unreachable from this host (run apt-get update once it is), its "
+                "restricted component is not on, or nvidia_driver_branch has no -server-open driver; "
                 f"nvidia_driver_version {version or '(newest)'} was not checked against it"
             ),
         )
