@@ -41,6 +41,7 @@ class StandIn:
     modes: dict[str, int] = field(default_factory=dict)
     conffiles: list[str] = field(default_factory=list)
     arch: str = "amd64"
+    vendor: str = "NVIDIA's"  # whose package it stands in for, in the description
 
 
 def _nvcc(release: str, build: str) -> str:
@@ -88,6 +89,40 @@ def driver_packages(version: str) -> list[StandIn]:
                 conffiles=[pin],
             )
         )
+    return packages
+
+
+# Ubuntu's archive as packages.ubuntu.com lists it (2026-12-03): two releases of the 580-server userspace
+# (versions <upstream>-0ubuntu0.24.04.<n>) and, for one kernel, two builds of Canonical's signed module
+# package whose versions are the kernel's (6.8.0-45.45, then the rebuild 6.8.0-45.45+1 against the newer
+# driver); the driver each was built against is only in its Depends, as in linux-restricted-modules.
+UBUNTU_DRIVERS = (("580.126.20-0ubuntu0.24.04.2", ""), ("580.173.02-0ubuntu0.24.04.1", "+1"))
+
+
+def ubuntu_signed_packages(kernel: str) -> list[StandIn]:
+    """Ubuntu-shaped userspace and signed-module stand-ins for nvidia_driver_source: ubuntu-signed."""
+    base, _, rest = kernel.partition("-")
+    abi = rest.split("-")[0] if rest.split("-")[0].isdigit() else "1"
+    packages: list[StandIn] = []
+    for version, rebuild in UBUNTU_DRIVERS:
+        upstream, same = version.split("-")[0], f"(= {version})"
+        common = StandIn("nvidia-kernel-common-580-server", version, vendor="Canonical's")
+        packages += [
+            common,
+            StandIn("nvidia-utils-580-server", version, vendor="Canonical's"),
+            StandIn(
+                "nvidia-headless-no-dkms-580-server-open",
+                version,
+                depends=[f"nvidia-kernel-common-580-server {same}"],
+                vendor="Canonical's",
+            ),
+            StandIn(
+                f"linux-modules-nvidia-580-server-open-{kernel}",
+                f"{base}-{abi}.{abi}{rebuild}",  # the kernel's version, e.g. 6.8.0-45.45+1
+                depends=[f"nvidia-kernel-common-580-server (>= {upstream})"],
+                vendor="Canonical's",
+            ),
+        ]
     return packages
 
 
@@ -151,7 +186,7 @@ def build_deb(pkg: StandIn, out_dir: Path, work: Path) -> Path:
     if pkg.conflicts:
         control.append("Conflicts: " + ", ".join(pkg.conflicts))
     control.append(
-        f"Description: STAND-IN for NVIDIA's {pkg.name} (no driver or toolkit inside)\n"
+        f"Description: STAND-IN for {pkg.vendor} {pkg.name} (no driver or toolkit inside)\n"
         " Test double for pd-appliance's molecule/driver scenario; never install it on a real host."
     )
     (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
