@@ -300,33 +300,22 @@ def _speculative(server_args: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _first(found: dict[str, Any], evidence: dict[str, str], key: str, value: Any, line: LogLine) -> None:
-    if value is not None and key not in found:
-        found[key] = value
-        evidence[key] = line.text
-
-
-def _apply_choice(
-    found: dict[str, Any], evidence: dict[str, str], groups: Mapping[str, str], line: LogLine
-) -> None:
+def _apply_choice(found: dict[str, Any], groups: Mapping[str, str | None]) -> None:
+    """Store a matched line's named groups (first occurrence wins: rank 0, the first start)."""
     for name, value in groups.items():
-        if value is None:
+        if value is None or name in ("draft_graph", "draft_tokens_per_req"):
             continue
+        parsed: Any = value
         if name in ("cuda_graph_bs", "draft_bs"):
-            parsed: Any = _literal(value)
+            parsed = _literal(value)
         elif value.isdigit():
             parsed = int(value)
         elif name == "nvfp4_checkpoint":
             parsed = True
-        else:
-            parsed = value
         if name == "draft_bs":
-            found.setdefault("draft_cuda_graph_bs", {})[groups["draft_graph"]] = parsed
-            evidence.setdefault(f"draft_cuda_graph_bs.{groups['draft_graph']}", line.text)
-            continue
-        if name in ("draft_graph", "draft_tokens_per_req"):
-            continue
-        _first(found, evidence, name, parsed, line)
+            found.setdefault("draft_cuda_graph_bs", {}).setdefault(groups["draft_graph"], parsed)
+        else:
+            found.setdefault(name, parsed)
 
 
 def extract(lines: Sequence[LogLine]) -> dict[str, Any]:
@@ -346,10 +335,11 @@ def extract(lines: Sequence[LogLine]) -> dict[str, Any]:
             server_args = parse_server_args(line.msg)
             evidence["server_args"] = "server_args={...}"  # the record holds --api-key: never copied
             continue
-        for _key, pattern, _source in CHOICES:
+        for key, pattern, _source in CHOICES:
             match = pattern.search(line.msg)
             if match:
-                _apply_choice(runtime, evidence, match.groupdict(), line)
+                _apply_choice(runtime, match.groupdict())
+                evidence.setdefault(key, line.text)
         for fallback in FALLBACKS:
             if fallback.pattern.search(line.msg):
                 seen = fallbacks.setdefault(

@@ -26,6 +26,7 @@ from typing import Any
 
 from pd_appliance.serving.apply import connect
 from pd_appliance.serving.day2 import probe
+from pd_appliance.serving.startup_log import record_program
 
 FAILED_STATES = frozenset({"BACKOFF", "FATAL", "EXITED", "STOPPED", "UNKNOWN"})
 
@@ -90,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=1800.0)
     parser.add_argument("--interval-s", type=float, default=2.0)
     parser.add_argument("--log-lines", type=int, default=60)
+    parser.add_argument("--startup-record", default="", help="once healthy, write what the engine chose at "
+                        "start-up (read from --log since the program started) to this JSON file")  # fmt: skip
     args = parser.parse_args(argv)
     server = connect(args.serverurl)
     result = wait(
@@ -101,6 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     result.update(program=args.program, url=args.url)
     if not result["ok"]:
         result["log_tail"] = log_tail(args.log, args.log_lines)
+    elif args.startup_record:
+        try:
+            info = server.supervisor.getProcessInfo(args.program)
+        except (xmlrpc.client.Fault, OSError):
+            info = {}  # no start time: the whole log is read
+        record = record_program(info, args.program, args.log, args.startup_record)
+        result["startup"] = {k: record.get(k) for k in ("choices", "fallbacks", "error")}
     print(json.dumps(result))
     return 0 if result["ok"] else 1
 
