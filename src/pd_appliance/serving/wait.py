@@ -10,6 +10,8 @@ crash during start: a missing binary, a bad flag, an out-of-memory load), or at 
 the state and the last lines of the program's log, so a broken start costs seconds, not the whole
 model-load timeout. A program that answers its health URL while still STARTING is waited for: a
 play that returned then would leave it to supervisor's start bookkeeping to decide its fate.
+With --startup-record FILE, a healthy worker's log (since supervisor started it) is read for what the
+engine chose at start-up and the record written to FILE (pd_appliance.serving.startup_log).
 """
 
 from __future__ import annotations
