@@ -116,8 +116,10 @@ def markdown(startup: EngineStartup | None) -> list[str]:
         if sm120:
             attention += f" (sm_120 decode: {sm120})"
         quant = choices.get("quant") or choices.get("quantization")
-        if choices.get("nvfp4_moe"):
-            quant = f"{quant or '-'}; NVFP4 MoE {_cell(choices['nvfp4_moe'])}"
+        nvfp4 = choices.get("nvfp4_moe")
+        if nvfp4:
+            detail = "detected" if nvfp4 is True else _cell(nvfp4)
+            quant = f"{quant or '-'}; NVFP4 {detail}"
         graphs = choices.get("cuda_graph_bs")
         graph_cell = (
             f"{choices.get('cuda_graph_capture', '')}: {_cell(graphs)}" if graphs else "none captured"
