@@ -111,7 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             info = server.supervisor.getProcessInfo(args.program)
         except (xmlrpc.client.Fault, OSError):
             info = {}  # no start time: the whole log is read
-        record = record_program(info, args.program, args.log, args.startup_record)
+        try:
+            record = record_program(info, args.program, args.log, args.startup_record)
+        except OSError as exc:  # the program is healthy: a record that cannot be written does not undo that
+            record = {"error": f"cannot write {args.startup_record}: {exc.strerror}"}
         result["startup"] = {k: record.get(k) for k in ("choices", "fallbacks", "error")}
     print(json.dumps(result))
     return 0 if result["ok"] else 1
