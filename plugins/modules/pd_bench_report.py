@@ -74,6 +74,12 @@ options:
     type: list
     elements: int
     default: []
+  engine_startup:
+    description: >-
+      What each worker's engine chose at start-up, C({host: {instance: record}}) as the serve stage
+      recorded it (pd_appliance.serving.startup_log); a fallback named there fails the report.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -148,6 +154,7 @@ def main() -> None:
             "plot": {"type": "bool", "default": True},
             "targets": {"type": "dict", "default": {}},
             "decode_concurrency_levels": {"type": "list", "elements": "int", "default": []},
+            "engine_startup": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -178,6 +185,7 @@ def main() -> None:
             p["final_probe"],
             _thresholds(module, p["targets"], "targets"),
             p["decode_concurrency_levels"],
+            p["engine_startup"],
         )
     except ReportError as err:
         module.fail_json(msg=f"pd_bench_report: {err}")

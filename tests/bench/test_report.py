@@ -122,3 +122,38 @@ def test_corrupt_history_names_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(history.HistoryError, match=r"history.jsonl:2 is not JSON"):
         history.load(hist)
     assert hist.read_text().count("\n") == 2  # nothing lost
+
+
+def _startup(fallbacks: list[dict]) -> dict:
+    choices = {"attention_backend": "dsv4", "attention_impl": "DeepseekV4AttnBackend",
+               "moe_runner_backend": "flashinfer_cutlass", "kv_cache_dtype": "fp8_e4m3",
+               "cuda_graph_capture": "target decode", "cuda_graph_bs": [1, 2, 4, 8, 12, 16, 24, 32],
+               "transfer_backend": "nixl", "nixl_backend": "UCX"}  # fmt: skip
+    return {"choices": choices, "fallbacks": fallbacks, "env": {"UCX_TLS": "cuda_ipc,cuda_copy,sm,self,tcp"}}
+
+
+def test_what_each_worker_chose_is_listed_and_a_fallback_in_its_log_fails_validation(tmp_path: Path) -> None:
+    msg = "Fp8MoEMethod has no FLASHINFER_CUTLASS path; using triton for its fp8 experts."
+    line = f"[2026-12-03 10:00:00 TP0] {msg}"
+    fallback = {"name": "Triton fused-MoE fallback for fp8 experts", "line": line, "count": 4,
+                "flag": "--moe-runner-backend (serving_moe_runner_backend)",
+                "source": "srt/layers/quantization/fp8.py Fp8MoEMethod.create_moe_runner"}  # fmt: skip
+    startup = {"gpu-node-01": {"prefill": _startup([]), "decode": _startup([fallback])}}
+    report = build_report(
+        [variant("deployed", 80.0, 400.0)], "deployed", THRESHOLDS, metadata=META, engine_startup=startup
+    )
+    assert report["passed"] is False
+    assert "pd:decode on gpu-node-01 named a fallback in its start-up log" in report["failure_message"]
+    assert line in report["failure_message"] and "--moe-runner-backend" in report["failure_message"]
+    passed = {g["name"]: g["passed"] for g in report["gates"]}
+    assert passed["engine start-up gpu-node-01/prefill"] is True
+    assert passed["engine fallback gpu-node-01/decode"] is False
+    md = Path(write_report(report, tmp_path, plot=False)["markdown"]).read_text()
+    assert "## What each worker's engine chose (from its start-up log)" in md
+    assert "| gpu-node-01/prefill | dsv4 / DeepseekV4AttnBackend | flashinfer_cutlass |" in md
+    assert "target decode: 8 sizes: 1..32" in md and "UCX_TLS=cuda_ipc,cuda_copy,sm,self,tcp" in md
+    assert f"- gpu-node-01/decode: `{line}`" in md
+    clean = {"gpu-node-01": {"prefill": _startup([]), "decode": _startup([])}}
+    assert build_report([variant("deployed", 80.0, 400.0)], "deployed", THRESHOLDS, engine_startup=clean)[
+        "passed"
+    ]

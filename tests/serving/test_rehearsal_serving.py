@@ -65,6 +65,19 @@ def test_first_converge_runs_all_three_programs(deployment: Deployment) -> None:
     assert status.count("RUNNING") == 3, status
 
 
+def test_the_serve_stage_records_what_each_engine_chose_from_its_log(deployment: Deployment) -> None:
+    state = deployment.root / "var/lib/pd-appliance/engine-startup"
+    records = {name: json.loads((state / f"{name}.json").read_text()) for name in ("prefill", "decode")}
+    for name, record in records.items():
+        assert record["program"] == f"pd:{name}" and record["fallbacks"] == [], record
+        assert record["choices"]["disaggregation_mode"] == name
+        assert (record["choices"]["transfer_backend"], record["choices"]["nixl_backend"]) == ("nixl", "UCX")
+        assert record["choices"]["moe_runner_backend"] == "flashinfer_cutlass"
+        assert record["env"]["UCX_TLS"]  # what the engine process was started with
+    assert records["decode"]["choices"]["cuda_graph_bs"][-1] == 32  # serving_decode_cuda_graph_max_bs
+    assert "cuda_graph_bs" not in records["prefill"]["choices"]
+
+
 def test_requests_through_the_router_reach_the_simulated_pd_pair(deployment: Deployment) -> None:
     status, headers, raw = _post(
         deployment.router + "/v1/chat/completions",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pd_appliance
-from pd_appliance.bench import SCHEMA_VERSION, gates, history
+from pd_appliance.bench import SCHEMA_VERSION, engine_choices, gates, history
 
 
 class ReportError(ValueError):
@@ -95,6 +95,7 @@ def build_report(
     final_probe: Mapping[str, Any] | None = None,
     targets: Mapping[int, float] | None = None,
     decode_concurrency_levels: Sequence[int] = (),
+    engine_startup: engine_choices.EngineStartup | None = None,
 ) -> dict[str, Any]:
     """Gate the selected (running) variant and assemble the full report.
 
@@ -103,7 +104,8 @@ def build_report(
     probe run after switching to the selected variant at the end of an A/B: it must pass too.
     `decode_concurrency_levels` are the levels whose decode concurrency is gated (the running-
     requests gauge must reach the level); `targets` (per-concurrency output tok/s) are reported as
-    a distance, never gated.
+    a distance, never gated. `engine_startup` ({host: {instance: record}}, what each worker's engine
+    chose at start-up) is listed, and a fallback named there fails (engine_choices.gates).
     """
     if not measurements:
         # The measurement itself broke (the play passes its error in): report that, gated as failed.
@@ -126,6 +128,7 @@ def build_report(
     if history_error:
         gate_list.append(gates.Gate("regression history", False, f"history unreadable: {history_error}"))
     gate_list += gates.regression_gates(selected, last_accepted, regression_tolerance)
+    gate_list += engine_choices.gates(engine_startup)
     per_variant = {
         name: gates.all_passed(
             gates.throughput_gates(m, thresholds, max_error_rate)
@@ -153,6 +156,7 @@ def build_report(
         "figures": gates.regression_figures(selected),
         "metadata": {"pd_appliance_version": pd_appliance.__version__, **dict(metadata or {})},
         "variants": [dict(m) for m in measurements],
+        "engine_startup": {host: dict(p) for host, p in (engine_startup or {}).items()},
     }
 
 
@@ -245,6 +249,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"| {g['name']} | {'pass' if g['passed'] else '**FAIL**'} | {_fmt(g['measured'], 2)} | "
             f"{_fmt(g['limit'], 2)} | {g['message']} |"
         )
+    lines += engine_choices.markdown(report.get("engine_startup"))
     targets = report.get("targets") or []
     if targets:
         lines += [

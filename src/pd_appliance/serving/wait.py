@@ -10,6 +10,8 @@ crash during start: a missing binary, a bad flag, an out-of-memory load), or at 
 the state and the last lines of the program's log, so a broken start costs seconds, not the whole
 model-load timeout. A program that answers its health URL while still STARTING is waited for: a
 play that returned then would leave it to supervisor's start bookkeeping to decide its fate.
+With --startup-record FILE, a healthy worker's log (since supervisor started it) is read for what the
+engine chose at start-up and the record written to FILE (pd_appliance.serving.startup_log).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from pd_appliance.serving.apply import connect
 from pd_appliance.serving.day2 import probe
+from pd_appliance.serving.startup_log import record_program
 
 FAILED_STATES = frozenset({"BACKOFF", "FATAL", "EXITED", "STOPPED", "UNKNOWN"})
 
@@ -90,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=1800.0)
     parser.add_argument("--interval-s", type=float, default=2.0)
     parser.add_argument("--log-lines", type=int, default=60)
+    parser.add_argument("--startup-record", default="", help="once healthy, write what the engine chose at "
+                        "start-up (read from --log since the program started) to this JSON file")  # fmt: skip
     args = parser.parse_args(argv)
     server = connect(args.serverurl)
     result = wait(
@@ -101,6 +106,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     result.update(program=args.program, url=args.url)
     if not result["ok"]:
         result["log_tail"] = log_tail(args.log, args.log_lines)
+    elif args.startup_record:
+        try:
+            info = server.supervisor.getProcessInfo(args.program)
+        except (xmlrpc.client.Fault, OSError):
+            info = {}  # no start time: the whole log is read
+        try:
+            record = record_program(info, args.program, args.log, args.startup_record)
+        except OSError as exc:  # the program is healthy: a record that cannot be written does not undo that
+            record = {"error": f"cannot write {args.startup_record}: {exc.strerror}"}
+        result["startup"] = {k: record.get(k) for k in ("choices", "fallbacks", "error")}
     print(json.dumps(result))
     return 0 if result["ok"] else 1
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
-from pd_standins.engine import SIMULATOR_BANNER
+from pd_standins.engine import SIMULATOR_BANNER, startup_log
 from pd_standins.engine.bootstrap import PdTimeouts
 from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions, CannedCompletionsError
@@ -276,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if ignored:
         log.info("accepted SGLang flags with no effect on a simulation: %s", " ".join(ignored))
+    startup_log.emit(sys.argv[1:] if argv is None else argv, config, load_flag_table())
     try:
         asyncio.run(_main(config))
     except OSError as exc:
