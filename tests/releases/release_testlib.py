@@ -109,9 +109,9 @@ def build_assets(base: Path) -> Assets:
     (lock_real / "manifest.json").write_text(json.dumps(manifest))
     series_changed = base / "series-changed"
     shutil.copytree(ROOT / f"files/patches/sglang/{SGLANG_VERSION}", series_changed)
-    (series_changed / "0003-release-rehearsal.patch").write_text(EXTRA_PATCH)
+    (series_changed / "0099-release-rehearsal.patch").write_text(EXTRA_PATCH)
     with (series_changed / "series").open("a") as fh:
-        fh.write("0003-release-rehearsal.patch\n")
+        fh.write("0099-release-rehearsal.patch\n")
     pd_wheel_dir = base / "pd-wheel"
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
     cmd += ["-w", str(pd_wheel_dir), str(ROOT)]

@@ -114,7 +114,7 @@ def test_2_changed_patch_series_installs_beside_and_restarts_the_workers(lab: La
     assert after["router"] == before_pids["router"], "the router routes to the same addresses: not restarted"
     assert answered_by(lab)["venv"] == new_venv.name
     info = lab.worker("decode", "/server_info")["stands_in_for"]
-    assert info["patch_series"][-1] == "0003-release-rehearsal.patch"
+    assert info["patch_series"][-1] == "0099-release-rehearsal.patch"
     lab.second = release["id"]  # type: ignore[attr-defined]
 
 

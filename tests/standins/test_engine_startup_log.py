@@ -124,3 +124,14 @@ def test_the_engine_process_writes_the_lines_in_sglangs_logger_format(tmp_path: 
     assert rec["engine_lines"] > 10 and rec["fallbacks"] == []
     assert rec["choices"]["attention_impl"] == "DeepseekV4AttnBackend"
     assert rec["choices"]["max_running_requests"] == 256
+
+
+def test_the_server_args_line_redacts_the_api_key_as_patch_0003_does(tmp_path: Path) -> None:
+    argv = ["--model-path", model(tmp_path, HYBRID), "--disaggregation-mode", "decode", *PD,
+            "--api-key", "router-secret-key"]  # fmt: skip
+    config, _ignored = cli.config_from_args(argv)
+    out = io.StringIO()
+    engine.emit(argv, config, cli.load_flag_table(), stream=out, environ={})
+    text = out.getvalue()
+    assert "router-secret-key" not in text
+    assert "'api_key': '<redacted>'" in text

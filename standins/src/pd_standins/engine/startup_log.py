@@ -204,8 +204,8 @@ class Emitter:
 
 def _server_args(flags: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved record's keys this simulation decides (srt/entrypoints/engine.py logs the whole
-    ServerArgs.resolved_dict(); the stand-in prints a subset, and never --api-key, which SGLang's
-    line includes)."""
+    ServerArgs.resolved_dict(); the stand-in prints a subset). The API keys read "<redacted>", as
+    the appliance's patch 0003 makes SGLang's _server_args_for_logging print them."""
     keys = (
         "model_path",
         "served_model_name",
@@ -216,7 +216,8 @@ def _server_args(flags: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[
         "context_length",
         "enable_metrics",
     )
-    return {**{key: flags.get(key) for key in keys}, **resolved}
+    secrets = {key: "<redacted>" if flags.get(key) else None for key in ("api_key", "admin_api_key")}
+    return {**{key: flags.get(key) for key in keys}, **secrets, **resolved}
 
 
 def emit(
