@@ -65,17 +65,26 @@ def pd_fabric_nvml(
 
 
 def pd_kv_need(
-    kv_bytes_per_token: Any, targets: Any, input_len: Any, output_len: Any, margin: Any
+    config: dict[str, Any] | None,
+    kv_bytes_per_token: Any,
+    targets: Any,
+    input_len: Any,
+    output_len: Any,
+    margin: Any,
 ) -> dict[str, Any]:
     """The KV rate one prefill -> decode rank pair needs at the target line, with its figures.
 
-    {"error": why} when it cannot be computed (no target line, no KV size): the NIXL check then
-    judges a host-staged path only by an explicit floor.
+    `config` is the checkpoint's config.json ({} where the host has none yet); an explicit
+    `kv_bytes_per_token` wins over it. {"error": why} when it cannot be computed: the NIXL check
+    then judges a host-staged path only by an explicit floor, and fails it without one.
     """
     try:
-        return kv_need.kv_need(kv_bytes_per_token, targets or {}, input_len, output_len, margin).as_dict()
+        need = kv_need.need_for_deployment(
+            config, kv_bytes_per_token, targets or {}, input_len, output_len, margin
+        )
     except ValueError as err:
         return {"error": str(err)}
+    return need.as_dict()
 
 
 def pd_fabric_p2p_ok(topology: dict[str, Any] | None, first: Any, second: Any) -> bool:
