@@ -781,15 +781,13 @@ class KvRequirement:
         An explicit floor wins over the derived need: it is the operator's own figure (for a
         workload other than the target line); the need is still reported beside it.
         """
+        need = f"the need is {self.need_gb_s:.4g} GB/s per TP rank pair" if self.need_gb_s > 0 else ""
         if self.floor_gb_s > 0:
-            return (
-                self.floor_gb_s,
-                f"the explicit floor {self.floor_gb_s:g} GB/s (nixl_check_min_bandwidth_gb_s)",
+            return self.floor_gb_s, "the explicit floor nixl_check_min_bandwidth_gb_s" + (
+                f"; {need}" if need else ""
             )
         if self.need_gb_s > 0:
-            return self.need_gb_s * self.margin, (
-                f"the need {self.need_gb_s:.4g} GB/s per TP rank pair x margin {self.margin:g}"
-            )
+            return self.need_gb_s * self.margin, f"{need} x margin {self.margin:g}"
         return 0.0, ""
 
 
@@ -828,11 +826,7 @@ def apply_kv_path(report: CheckReport, need: KvRequirement) -> None:
         "host_staged": staged,
         "basis": need.basis,
     }
-    need_words = (
-        f"the deployment needs {need.need_gb_s:.4g} GB/s per TP rank pair ({need.basis})"
-        if need.need_gb_s > 0
-        else "the KV need is not known"
-    )
+    need_words = f" Need: {need.basis}." if need.basis and need.need_gb_s > 0 else ""
     if required <= 0:
         figures["verdict"] = "unjudged"
         if staged:
@@ -850,21 +844,22 @@ def apply_kv_path(report: CheckReport, need: KvRequirement) -> None:
         figures["verdict"] = "fail"
         fix = (
             "give the pair P2P (keep each prefill -> decode pair on one socket, docs/fabric.md; or enable "
-            "cross-socket P2P in the BIOS where the platform has it), or lower the target line"
+            "cross-socket P2P in the BIOS where the platform has it), or lower the target line or "
+            "appliance_kv_margin if the measured rate is enough for you"
             if staged
             else "the path is direct yet slow: check the links under load (below) and what else uses them"
         )
         report.fail(
             f"{where} moves KV over {path}{' (host-staged)' if staged else ''} at {measured:.3g} GB/s, below "
-            f"{required:.3g} GB/s = {source}; {need_words}. Fix: {fix}"
+            f"the {required:.3g} GB/s required ({source}).{need_words} Fix: {fix}"
         )
     elif staged:
         figures["verdict"] = "warn"
         covers = f" ({ratio:.0f}x the need)" if ratio is not None else ""
         report.warnings.append(
-            f"{where} moves KV host-staged over {path} at {measured:.3g} GB/s{covers}, which covers "
-            f"{required:.3g} GB/s = {source}; {need_words}. PD works; each handoff waits on host memory. "
-            "Causes: no P2P between the GPUs (different sockets), UCX_TLS without cuda_ipc, or "
+            f"{where} moves KV host-staged over {path} at {measured:.3g} GB/s{covers}, which covers the "
+            f"{required:.3g} GB/s required ({source}).{need_words} PD works; each handoff waits on host "
+            "memory. Causes: no P2P between the GPUs (different sockets), UCX_TLS without cuda_ipc, or "
             "expandable_segments memory"
         )
     else:
