@@ -99,6 +99,16 @@ def pd_fabric_p2p_ok(topology: dict[str, Any] | None, first: Any, second: Any) -
     return i < len(matrix) and j < len(matrix[i]) and matrix[i][j] == "OK"
 
 
+def pd_fabric_role_gpus(instances: Any, role: str) -> list[int]:
+    """GPUs of this host's serving instances of `role` (serving_instances, per-role layout included)."""
+    return inventory.role_gpus(instances, role)
+
+
+def pd_fabric_probe_pair(gpus: Any, prefill: Any, decode: Any) -> list[int]:
+    """[src, dst] for the NIXL check: the first pair across NUMA nodes, else first -> first."""
+    return list(nvml.probe_pair(gpus or [], _indices(prefill), _indices(decode)))
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -109,4 +119,6 @@ class FilterModule:
             "pd_fabric_nvml": pd_fabric_nvml,
             "pd_kv_need": pd_kv_need,
             "pd_fabric_p2p_ok": pd_fabric_p2p_ok,
+            "pd_fabric_role_gpus": pd_fabric_role_gpus,
+            "pd_fabric_probe_pair": pd_fabric_probe_pair,
         }

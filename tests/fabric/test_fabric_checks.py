@@ -234,6 +234,30 @@ def test_layouts_that_keep_each_pair_on_one_socket() -> None:
     }
 
 
+def test_the_nixl_check_measures_a_pair_across_sockets_where_the_layout_has_one() -> None:
+    gpus = load(RTX / "dual-socket-nvml.json")["pd_gpus"]
+    assert nvml.probe_pair(gpus, PREFILL, DECODE) == (0, 4)  # the lab layout
+    # 2P TP2 + 2D TP2 with a couple per socket: first -> first (0 -> 2) shares socket 0, so the
+    # check measures 0 -> 6, a pair smg can form, across the sockets.
+    assert nvml.probe_pair(gpus, [0, 1, 4, 5], [2, 3, 6, 7]) == (0, 6)
+    assert nvml.probe_pair(gpus, [0, 1], [2, 3]) == (0, 2)  # no pair crosses: the first one
+    assert nvml.probe_pair(gpus, [0, 1], []) == (0, 0)  # a prefill-only host (two hosts)
+    assert nvml.probe_pair([], [0, 1], [2, 3]) == (0, 2)  # no NVML facts yet
+
+
+def test_the_checks_take_every_serving_instance_of_a_role() -> None:
+    instances = [
+        {"role": "prefill", "gpus": [0, 1], "tp_size": 2},
+        {"role": "decode", "gpus": [2, 3], "tp_size": 2},
+        {"role": "prefill", "gpus": [4, 5], "tp_size": 2},
+        {"role": "decode", "gpus": [6, 7], "tp_size": 2},
+        {"gpus": [9]},  # malformed: preflight's topology check names it
+    ]
+    assert inventory.role_gpus(instances, "prefill") == [0, 1, 4, 5]
+    assert inventory.role_gpus(instances, "decode") == [2, 3, 6, 7]
+    assert inventory.role_gpus("not a list", "decode") == []
+
+
 def test_regkey_disabled_p2p_fails() -> None:
     """A registry key that turns P2P off is a setting to fix, across sockets too: `p2p`, a failure."""
     facts = lab_facts()

@@ -199,6 +199,25 @@ def link_findings(gpus: Iterable[Mapping[str, Any]], host: str, chosen: Iterable
     return found
 
 
+def probe_pair(gpus: Iterable[Mapping[str, Any]], prefill: list[int], decode: list[int]) -> tuple[int, int]:
+    """The prefill -> decode pair the NIXL check should measure: the worst one this host can form.
+
+    The first pair whose GPUs sit on different NUMA nodes (across sockets: no P2P on many
+    platforms, KV staged through host memory), else the first prefill GPU to the first decode GPU.
+    A host with one role measures its first GPU to itself (the two-host case's local half).
+    """
+    if not prefill or not decode:
+        first = (prefill or decode or [0])[0]
+        return first, first
+    nodes = {int(g.get("index", -1)): g.get("numa_node") for g in gpus}
+    for p in prefill:
+        for d in decode:
+            a, b = nodes.get(p), nodes.get(d)
+            if p != d and a is not None and b is not None and int(a) >= 0 and int(b) >= 0 and a != b:
+                return p, d
+    return prefill[0], decode[0]
+
+
 def nvml_findings(
     gpus: list[Mapping[str, Any]],
     topology: Mapping[str, Any],
