@@ -21,10 +21,15 @@ a few hundred MB/s (NIXL issue 1754). So the check proves, right after the insta
 - the PCIe link of each GPU in `--link-gpus`, current generation and width against the maximum,
   read through NVML (sysfs where pynvml is absent) while host-to-device copies keep the link busy:
   an idle link drops its generation to save power, so only a loaded link says what it trained to.
+- the measured bandwidth against what the deployment needs (`--kv-need-gb-s`, per TP rank pair,
+  which the play derives from the model's KV bytes per token and the target line:
+  pd_appliance.fabric.kv_need) times `--kv-margin`: a path that cannot carry it fails naming the
+  figures; a host-staged path (no P2P, e.g. across sockets: cuda_copy, tcp) that can carry it is a
+  warning with the figures. An explicit `--min-gb-s` floor, when given, replaces the derived one.
 
 Run it with the Python of the venv that holds nixl (the SGLang venv):
-`python -m pd_appliance.nixl_check --json --require UCX --src-gpu 0 --dst-gpu 4 --expect-transport
-cuda_ipc --min-gb-s 5`. The exit status is 0 only when no problem was found. It is also copied to
+`python -m pd_appliance.nixl_check --json --require UCX --src-gpu 0 --dst-gpu 4 --kv-need-gb-s 0.1
+--kv-margin 10`. The exit status is 0 only when no problem was found. It is also copied to
 hosts as a single script, so it imports nothing from pd_appliance.
 """
 
@@ -59,6 +64,10 @@ AGENT_INITIATOR = "pd-nixl-check-initiator"
 AGENT_TARGET = "pd-nixl-check-target"
 # Transports UCX names in its protocol tables, by kind (uct component names).
 HOST_SHM_TRANSPORTS = {"cma", "posix", "sysv", "xpmem", "knem", "self"}
+# Transport kinds (transport_kind) that move GPU memory without staging it in host memory: CUDA
+# IPC between GPUs of one host, RDMA (GPUDirect) between hosts. Every other kind is host-staged.
+DIRECT_KINDS = ("cuda_ipc", "rdma")
+DEFAULT_KV_MARGIN = 10.0
 
 
 @dataclass
@@ -153,6 +162,8 @@ class CheckReport:
     transport: TransportUse | None = None
     links: list[LinkReading] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # The KV need against the measured path (apply_kv_path): figures and verdict, or None.
+    kv: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -755,16 +766,111 @@ def apply_transport(report: CheckReport, log_text: str, expected: str, source: s
         )
 
 
-def apply_bandwidth_floor(report: CheckReport, min_gb_s: float) -> None:
-    """Fail the report when a GPU-memory transfer ran below `min_gb_s` (KV moves at that speed)."""
+@dataclass
+class KvRequirement:
+    """What the measured path must carry: the need per TP rank pair, the margin, or an explicit floor."""
+
+    need_gb_s: float = 0.0
+    margin: float = DEFAULT_KV_MARGIN
+    floor_gb_s: float = 0.0
+    basis: str = ""
+
+    def required(self) -> tuple[float, str]:
+        """(GB/s the path must reach, where that figure comes from); 0 when nothing is known.
+
+        An explicit floor wins over the derived need: it is the operator's own figure (for a
+        workload other than the target line); the need is still reported beside it.
+        """
+        need = f"the need is {self.need_gb_s:.4g} GB/s per TP rank pair" if self.need_gb_s > 0 else ""
+        if self.floor_gb_s > 0:
+            return self.floor_gb_s, "the explicit floor nixl_check_min_bandwidth_gb_s" + (
+                f"; {need}" if need else ""
+            )
+        if self.need_gb_s > 0:
+            return self.need_gb_s * self.margin, f"{need} x margin {self.margin:g}"
+        return 0.0, ""
+
+
+def _path_words(report: CheckReport) -> tuple[str, bool]:
+    """("tcp (tcp/lo)", host-staged?) for the measured write's transport."""
+    use = report.transport
+    kind = use.kind if use is not None else "unknown"
+    lanes = ", ".join(use.lanes) if use is not None and use.lanes else ""
+    return (f"{kind} ({lanes})" if lanes else kind), kind not in DIRECT_KINDS
+
+
+def apply_kv_path(report: CheckReport, need: KvRequirement) -> None:
+    """Judge the measured GPU-to-GPU path by the figures: what the deployment needs, what it got.
+
+    - measured below what is required (need x margin, or the explicit floor): a problem naming
+      needed GB/s, measured GB/s, the path and the margin;
+    - a host-staged path (anything but cuda_ipc or RDMA: no P2P between the GPUs, e.g. across
+      sockets) that covers it: a warning with the same figures (PD works; each handoff is slower);
+    - a host-staged path with nothing to judge it by: a problem saying what to give.
+    Host-memory runs (simulated GPUs) are not judged.
+    """
     t = report.transfer
-    if min_gb_s <= 0 or t is None or t.mem_type != "VRAM" or t.bandwidth_gb_s >= min_gb_s:
+    if t is None or t.mem_type != "VRAM":
         return
-    report.fail(
-        f"GPU-to-GPU bandwidth through {t.backend} is {t.bandwidth_gb_s:.2f} GB/s, below the floor of "
-        f"{min_gb_s:g} GB/s: UCX is likely staging through host memory (check UCX_TLS includes "
-        "cuda_ipc, and GPU peer access)"
-    )
+    required, source = need.required()
+    path, staged = _path_words(report)
+    where = f"GPU {t.src_device} -> GPU {t.dst_device}"
+    measured = t.bandwidth_gb_s
+    figures = {
+        "need_gb_s": need.need_gb_s or None,
+        "margin": need.margin,
+        "floor_gb_s": need.floor_gb_s or None,
+        "required_gb_s": required or None,
+        "measured_gb_s": measured,
+        "path": path,
+        "host_staged": staged,
+        "basis": need.basis,
+    }
+    need_words = f" Need: {need.basis}." if need.basis and need.need_gb_s > 0 else ""
+    if required <= 0:
+        figures["verdict"] = "unjudged"
+        if staged:
+            figures["verdict"] = "fail"
+            report.fail(
+                f"{where} moves KV host-staged over {path} at {measured:.3g} GB/s and there is nothing to "
+                "judge that by: give the KV need (--kv-need-gb-s; the play derives it from the model and "
+                "validation_target_output_tok_s) or an explicit floor (--min-gb-s)"
+                + (f" ({need.basis})" if need.basis else "")
+            )
+        report.kv = figures
+        return
+    ratio = measured / need.need_gb_s if need.need_gb_s > 0 else None
+    if measured < required:
+        figures["verdict"] = "fail"
+        fix = (
+            "give the pair P2P (keep each prefill -> decode pair on one socket, docs/fabric.md; or enable "
+            "cross-socket P2P in the BIOS where the platform has it), or lower the target line or "
+            "appliance_kv_margin if the measured rate is enough for you"
+            if staged
+            else "the path is direct yet slow: check the links under load (below) and what else uses them"
+        )
+        report.fail(
+            f"{where} moves KV over {path}{' (host-staged)' if staged else ''} at {measured:.3g} GB/s, below "
+            f"the {required:.3g} GB/s required ({source}).{need_words} Fix: {fix}"
+        )
+    elif staged:
+        figures["verdict"] = "warn"
+        covers = f" ({ratio:.0f}x the need)" if ratio is not None else ""
+        report.warnings.append(
+            f"{where} moves KV host-staged over {path} at {measured:.3g} GB/s{covers}, which covers the "
+            f"{required:.3g} GB/s required ({source}).{need_words} PD works; each handoff waits on host "
+            "memory. Causes: no P2P between the GPUs (different sockets), UCX_TLS without cuda_ipc, or "
+            "expandable_segments memory"
+        )
+    else:
+        figures["verdict"] = "ok"
+    report.kv = figures
+
+
+def apply_bandwidth_floor(report: CheckReport, min_gb_s: float) -> None:
+    """An explicit floor alone (no derived need): `apply_kv_path` with only `min_gb_s`."""
+    if min_gb_s > 0:
+        apply_kv_path(report, KvRequirement(floor_gb_s=min_gb_s))
 
 
 # ---- PCIe link under load ------------------------------------------------------------------------
@@ -936,6 +1042,12 @@ def format_report(report: CheckReport) -> str:
             f"GPU {r.gpu} link under load: Gen{r.generation_current}/{r.generation_max} "
             f"x{r.width_current}/{r.width_max} ({r.source}), H2D {r.h2d_gb_s} GB/s"
         )
+    if report.kv is not None and report.kv.get("required_gb_s"):
+        k = report.kv
+        lines.append(
+            f"KV path: {k['measured_gb_s']:.3g} GB/s over {k['path']} against {k['required_gb_s']:.3g} GB/s "
+            f"required ({k['verdict']})"
+        )
     lines.extend(f"WARNING: {w}" for w in report.warnings)
     lines.append("OK" if report.ok else "FAILED: " + "; ".join(report.problems))
     return "\n".join(lines)
@@ -985,8 +1097,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-gb-s",
         type=float,
         default=0.0,
-        help="fail when a GPU-memory transfer is slower than this (0: report only)",
+        help="explicit floor in GB/s: replaces need x margin when > 0 (0: use the need)",
     )
+    parser.add_argument(
+        "--kv-need-gb-s",
+        type=float,
+        default=0.0,
+        help="KV rate one prefill -> decode rank pair needs at the target line (0: unknown)",
+    )
+    parser.add_argument(
+        "--kv-margin", type=float, default=DEFAULT_KV_MARGIN, help="times the need to require"
+    )
+    parser.add_argument("--kv-basis", default="", help="how the need was computed, for the messages")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     return parser
 
@@ -1024,7 +1146,7 @@ def main(argv: list[str] | None = None) -> int:
     log_text = log_path.read_text(errors="replace")
     log_path.unlink(missing_ok=True)
     apply_transport(report, log_text, "" if args.host_memory else args.expect_transport, source)
-    apply_bandwidth_floor(report, args.min_gb_s)
+    apply_kv_path(report, KvRequirement(args.kv_need_gb_s, args.kv_margin, args.min_gb_s, args.kv_basis))
     if args.link_check != "skip" and not args.host_memory and report.transfer is not None:
         t = report.transfer
         gpus = (

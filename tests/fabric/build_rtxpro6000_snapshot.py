@@ -5,6 +5,11 @@ what the simulated-GPU stand-in declares for the lab's eight GPUs (pd_standins.g
 the kernel and lspci print them; see its docstring), plus what a prepared lab host adds: an IOMMU
 in passthrough (intel_iommu=on iommu=pt), pcie_aspm=off and HMM off for nvidia_uvm. The recorded
 single-GPU snapshot of the lent H200 is fixtures/h200-2026-12-03/snapshot.json.
+
+It also writes fixtures/rtxpro6000-8gpu/dual-socket-nvml.json: the NVML facts of the same host on
+a dual-socket platform without P2P between the sockets (AMD Genoa: NVML answers
+CHIPSET_NOT_SUPPORTED for every pair whose link is SYS), GPUs 0-3 on socket 0 and 4-7 on socket 1
+as in healthy.json. Its PCI tree is healthy.json's (already two root complexes, one per NUMA node).
 Run: python tests/fabric/build_rtxpro6000_snapshot.py
 """
 
@@ -13,9 +18,28 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pd_appliance.gpu.facts import simulated_facts
 from pd_standins.gpus import simulated_gpu, simulated_pci_snapshot
 
 OUT = Path(__file__).parent / "fixtures" / "rtxpro6000-8gpu" / "healthy.json"
+DUAL_SOCKET = OUT.parent / "dual-socket-nvml.json"
+CROSS_SOCKET_P2P = "CHIPSET_NOT_SUPPORTED"
+
+
+def dual_socket_nvml() -> dict[str, object]:
+    """NVML facts (pd_gpus, pd_gpu_topology) with P2P off across the two sockets."""
+    facts = simulated_facts([simulated_gpu(i) for i in range(8)], "580.159.04", "13.0")
+    topo = facts["pd_gpu_topology"]
+    for key in ("p2p_read", "p2p_write", "p2p_atomics"):
+        topo[key] = [
+            [CROSS_SOCKET_P2P if topo["link"][i][j] == "SYS" else cell for j, cell in enumerate(row)]
+            for i, row in enumerate(topo[key])
+        ]
+    return {
+        "description": "8x RTX PRO 6000 on two sockets (GPUs 0-3 on NUMA node 0, 4-7 on node 1), no P2P "
+        f"across sockets: NVML says {CROSS_SOCKET_P2P} for every SYS pair (composed, not recorded)",
+        **facts,
+    }
 
 
 def main() -> None:
@@ -41,6 +65,7 @@ def main() -> None:
         for k in ("schema", "sysfs", "links", "cmdline", "lspci", "lspci_error", "modprobe", "euid")
     }
     OUT.write_text(json.dumps(ordered, indent=1) + "\n")
+    DUAL_SOCKET.write_text(json.dumps(dual_socket_nvml(), indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 # The fabric checks on a real GPU host, in one command; everything lands in OUT, for
 # tests/fabric/fixtures and benchmarks/results/fabric-*. Usage, from the checkout's root:
 #   sh tests/fabric/device_run.sh OUT [SRC_GPU DST_GPU]
+# PD_FABRIC_CASES="host-staged-shm host-staged-tcp" runs only the NIXL cases named (default: all).
 # SRC/DST default to GPU 0 -> GPU 1 where two GPUs exist (the prefill -> decode pair on a 2-GPU
 # box, issue 19), else GPU 0 -> GPU 0. NIXL must be importable (nixl-cu13 + nixl wheels on
 # PYTHONPATH); nvidia-ml-py and torch with CUDA come with the GPU image.
@@ -30,6 +31,7 @@ python3 src/pd_appliance/fabric/collect.py >"$out/snapshot.json" 2>"$out/snapsho
 cat /proc/cmdline >"$out/cmdline.txt"
 check() {
   name="$1"; shift
+  case " ${PD_FABRIC_CASES:-$name} " in *" $name "*) ;; *) return 0 ;; esac
   env "$@" timeout 150 python3 -m pd_appliance.nixl_check --json --src-gpu "$src" --dst-gpu "$dst" \
     --expect-transport cuda_ipc --min-gb-s 5 --size-mib 256 --iterations 10 \
     >"$out/nixl-$name.json" 2>"$out/nixl-$name.log"
@@ -39,6 +41,11 @@ check default PD_FABRIC_CASE=default
 check no-cuda-ipc UCX_TLS=^cuda_ipc
 check expandable-segments PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 check serving-tls UCX_TLS=cuda_ipc,cuda_copy,sm,self,tcp
+# Host-staged paths, what a prefill -> decode pair without P2P (across sockets) gets: UCX copies
+# GPU -> host -> GPU with cuda_copy, then shared memory between the processes or TCP (NIXL needs a
+# transport with peer failure handling for its active messages: sm alone cannot create UCX).
+check host-staged-shm UCX_TLS=cuda_copy,sm,tcp,self
+check host-staged-tcp UCX_TLS=cuda_copy,tcp,self
 # Reference in the same run: torch copies (device to device on src -> dst, pinned host to device).
 python3 - "$src" "$dst" >"$out/torch_reference.json" 2>&1 <<'PY'
 import json, sys, time

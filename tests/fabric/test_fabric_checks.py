@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fabric_snapshots import CASES, H200, RTX, apply_case, load
+from fabric_snapshots import CASES, CONFIG, H200, LAB_TARGETS, RTX, apply_case, load
 
-from pd_appliance.fabric import collect, findings, inventory, nvml, pcie, preflight
+from pd_appliance.fabric import collect, findings, inventory, kv_need, nvml, pcie, preflight
 from pd_appliance.gpu.diagnose import HostProbe
 from pd_appliance.gpu.facts import gather_gpu_facts, simulated_facts
 from pd_standins.gpus import simulated_gpu, simulated_pci_snapshot
@@ -193,22 +193,73 @@ def test_simulated_host_passes_the_nvml_checks_for_real() -> None:
     assert nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", PREFILL, DECODE) == []
 
 
-def test_cross_socket_p2p_off_fails_every_prefill_decode_pair() -> None:
-    """AMD Genoa: cross-socket P2P off; NVML says CHIPSET_NOT_SUPPORTED for every SYS pair."""
-    facts = lab_facts()
-    topo = facts["pd_gpu_topology"]
-    for key in ("p2p_read", "p2p_write"):
-        topo[key] = [
-            [cell if topo["link"][i][j] != "SYS" else "CHIPSET_NOT_SUPPORTED" for j, cell in enumerate(row)]
-            for i, row in enumerate(topo[key])
-        ]
-    found = nvml.nvml_findings(facts["pd_gpus"], topo, "h", PREFILL, DECODE)
-    assert checks_of(found) == {"p2p": 16}
-    assert "GPU 0 (prefill) -> GPU 4 (decode)" in found[0].sentence()
-    assert "CHIPSET_NOT_SUPPORTED" in found[0].message and "link SYS" in found[0].message
+def test_cross_socket_p2p_off_warns_with_the_kv_figure_for_every_pair() -> None:
+    """AMD Genoa: no P2P across sockets; NVML says CHIPSET_NOT_SUPPORTED for every SYS pair.
+
+    The lab layout (prefill 0-3 on socket 0, decode 4-7 on socket 1) makes all 16 pairs host-staged:
+    each is a warning naming the KV rate the NIXL check will require, not a failure.
+    """
+    facts = load(RTX / "dual-socket-nvml.json")
+    need = kv_need.need_for_deployment(CONFIG, None, LAB_TARGETS, 1024, 128)
+    found = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", PREFILL, DECODE, need)
+    assert checks_of(found) == {"p2p_cross_socket": 16}
+    sentence = found[0].sentence()
+    assert "GPU 0 (prefill) -> GPU 4 (decode)" in sentence and "CHIPSET_NOT_SUPPORTED" in sentence
+    assert "link SYS" in sentence and "different sockets" in sentence
+    # 8000 prompt tok/s x 7043.6 bytes = 0.05635 GB/s per rank pair, x 10 = 0.5635 GB/s.
+    assert "require the measured path to carry 0.5635 GB/s" in sentence
+    assert "need 0.05635 GB/s per TP rank pair x margin 10" in sentence
+    verdict = findings.split(found, {})
+    assert verdict["failures"] == [] and len(verdict["warnings"]) == 16
+    assert len(findings.split(found, {"p2p_cross_socket": "fail"})["failures"]) == 16
+    # Without a KV figure the warning says what the NIXL check will then do.
+    (bare, *_) = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", [0], [4])
+    assert "fails that path unless nixl_check_min_bandwidth_gb_s sets a floor" in bare.message
+
+
+def test_layouts_that_keep_each_pair_on_one_socket() -> None:
+    """Per-socket pairs have P2P; the router pairing any prefill with any decode brings SYS back."""
+    facts = load(RTX / "dual-socket-nvml.json")
+    gpus, topo = facts["pd_gpus"], facts["pd_gpu_topology"]
+    # 1P TP2 + 1D TP2 on socket 0 (and the same again on socket 1, a deployment of its own).
+    assert nvml.nvml_findings(gpus, topo, "h", [0, 1], [2, 3]) == []
+    assert nvml.nvml_findings(gpus, topo, "h", [4, 5], [6, 7]) == []
+    # 2P TP2 + 2D TP2 behind one smg router: smg picks a prefill and a decode per request on its own
+    # (no pairing), so prefill 0-1 also hands KV to decode 6-7: 8 of the 16 GPU pairs cross sockets.
+    found = nvml.nvml_findings(gpus, topo, "h", [0, 1, 4, 5], [2, 3, 6, 7])
+    assert checks_of(found) == {"p2p_cross_socket": 8}
+    assert {f.subject for f in found} >= {
+        "GPU 0 (prefill) -> GPU 6 (decode)",
+        "GPU 4 (prefill) -> GPU 2 (decode)",
+    }
+
+
+def test_the_nixl_check_measures_a_pair_across_sockets_where_the_layout_has_one() -> None:
+    gpus = load(RTX / "dual-socket-nvml.json")["pd_gpus"]
+    assert nvml.probe_pair(gpus, PREFILL, DECODE) == (0, 4)  # the lab layout
+    # 2P TP2 + 2D TP2 with a couple per socket: first -> first (0 -> 2) shares socket 0, so the
+    # check measures 0 -> 6, a pair smg can form, across the sockets.
+    assert nvml.probe_pair(gpus, [0, 1, 4, 5], [2, 3, 6, 7]) == (0, 6)
+    assert nvml.probe_pair(gpus, [0, 1], [2, 3]) == (0, 2)  # no pair crosses: the first one
+    assert nvml.probe_pair(gpus, [0, 1], []) == (0, 0)  # a prefill-only host (two hosts)
+    assert nvml.probe_pair([], [0, 1], [2, 3]) == (0, 2)  # no NVML facts yet
+
+
+def test_the_checks_take_every_serving_instance_of_a_role() -> None:
+    instances = [
+        {"role": "prefill", "gpus": [0, 1], "tp_size": 2},
+        {"role": "decode", "gpus": [2, 3], "tp_size": 2},
+        {"role": "prefill", "gpus": [4, 5], "tp_size": 2},
+        {"role": "decode", "gpus": [6, 7], "tp_size": 2},
+        {"gpus": [9]},  # malformed: preflight's topology check names it
+    ]
+    assert inventory.role_gpus(instances, "prefill") == [0, 1, 4, 5]
+    assert inventory.role_gpus(instances, "decode") == [2, 3, 6, 7]
+    assert inventory.role_gpus("not a list", "decode") == []
 
 
 def test_regkey_disabled_p2p_fails() -> None:
+    """A registry key that turns P2P off is a setting to fix, across sockets too: `p2p`, a failure."""
     facts = lab_facts()
     facts["pd_gpu_topology"]["p2p_write"][2][6] = "DISABLED_BY_REGKEY"
     (finding,) = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", PREFILL, DECODE)

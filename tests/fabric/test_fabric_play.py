@@ -1,5 +1,5 @@
 """The fabric checks inside the real plays: preflight on the rehearsal inventory, and the driver
-stage's NVML checks on the simulated-GPU stand-in's facts (healthy, then with P2P off)."""
+stage's NVML checks on the simulated-GPU stand-in's facts (healthy, then with P2P off across sockets)."""
 
 from __future__ import annotations
 
@@ -75,10 +75,20 @@ def test_driver_stage_runs_the_nvml_checks_on_the_simulated_gpus(
         appliance_simulated_gpus="{{ range(8) | map('pd_simulated_gpu') "
         "| map('combine', {'p2p_status': 'CHIPSET_NOT_SUPPORTED'}) | list }}",
     )
-    broken = run_playbook(play, rehearsal_inventory_copy)
-    out = _flat(broken.stdout)
-    assert broken.returncode != 0
+    # P2P off everywhere: the lab's 16 prefill -> decode pairs all cross sockets (GPUs 0-3 on NUMA
+    # node 0, 4-7 on node 1), so each warns with what the NIXL check will require; no failure.
+    crossed = run_playbook(play, rehearsal_inventory_copy)
+    out = _flat(crossed.stdout)
+    assert crossed.returncode == 0, out[-3000:]
+    assert "WARNING: 16 fabric finding(s) from NVML" in out
+    assert (
+        "[p2p_cross_socket] GPU 0 (prefill) -> GPU 4 (decode): NVML reports P2P write CHIPSET_NOT_SUPPORTED"
+        in out
+    )
+    # This host has no checkpoint config.json here, so the KV need is unknown, and the warning says
+    # what the NIXL check does about a host-staged path then.
+    assert "KV need unknown" in out and "fails that path unless nixl_check_min_bandwidth_gb_s" in out
+    failed = run_playbook(play, rehearsal_inventory_copy, "-e", "nvidia_driver_fabric_p2p_cross_socket=fail")
+    out = _flat(failed.stdout)
+    assert failed.returncode != 0
     assert "The GPU fabric cannot carry PD (16 problem(s))" in out
-    assert "[p2p] GPU 0 (prefill) -> GPU 4 (decode): NVML reports P2P write CHIPSET_NOT_SUPPORTED" in out
-    warned = run_playbook(play, rehearsal_inventory_copy, "-e", "nvidia_driver_fabric_p2p=warn")
-    assert warned.returncode == 0 and "WARNING: 16 fabric finding(s) from NVML" in _flat(warned.stdout)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pd_appliance import nixl_check
+from pd_appliance.fabric import kv_need
 from pd_appliance.nixl_check import BackendProbe, CheckReport, TransferResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +56,7 @@ def test_missing_backends_keeps_required_order() -> None:
 def test_bandwidth_floor_fails_slow_gpu_transfers_only() -> None:
     slow = _report(_transfer("VRAM", 0.34))
     nixl_check.apply_bandwidth_floor(slow, 5.0)
-    assert not slow.ok and "0.34 GB/s" in slow.problems[0] and "cuda_ipc" in slow.problems[0]
+    assert not slow.ok and "at 0.34 GB/s, below the 5 GB/s required (the explicit floor" in slow.problems[0]
     host = _report(_transfer("DRAM", 0.34))
     nixl_check.apply_bandwidth_floor(host, 5.0)
     assert host.ok, "host-memory (no GPU) transfers are reported, not gated"
@@ -119,7 +122,8 @@ def test_h200_record_tells_cuda_ipc_from_the_tcp_fallback(case: str, kind: str, 
     assert report.ok is ok, report.problems
     if not ok:
         assert "went through tcp (tcp/lo; software emulation), not cuda_ipc" in report.problems[0]
-        assert "below the floor of 5 GB/s" in report.problems[1]
+        assert "over tcp (tcp/lo) (host-staged) at 0.4" in report.problems[1]
+        assert "below the 5 GB/s required (the explicit floor" in report.problems[1]
     if case == "expandable-segments":
         assert report.transfer.src_ipc_capable is False  # type: ignore[union-attr]
         assert "not legacy-IPC capable" in report.problems[0]
@@ -241,3 +245,104 @@ def test_real_nixl_fails_when_a_required_backend_cannot_be_created(nixl_site: Pa
     report = json.loads(proc.stdout)
     assert report["missing_required"] == ["GPUNETIO"] and report["transfer"] is None
     assert "FAILED: required NIXL backend GPUNETIO could not be created" in proc.stderr
+
+
+# ---- The path judged by the KV figures (pd_appliance.fabric.kv_need) ----------------------------
+
+
+def _need(targets: dict[int, int]) -> nixl_check.KvRequirement:
+    """The requirement the play passes for the lab's model at `targets` (1024/128-token requests)."""
+    fabric = _fabric_helpers()
+    need = kv_need.need_for_deployment(fabric.CONFIG, None, targets, fabric.LAB_INPUT, fabric.LAB_OUTPUT)
+    return nixl_check.KvRequirement(need.need_gb_s, need.margin, 0.0, need.basis())
+
+
+def _fabric_helpers() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "fabric_snapshots", ROOT / "tests" / "fabric" / "fabric_snapshots.py"
+    )
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _judged(case: str, need: nixl_check.KvRequirement) -> CheckReport:
+    """A recorded run, its transport read from its UCX tables as the check does, judged by `need`."""
+    report, log = _recorded(case)
+    nixl_check.apply_transport(report, log, "", "UCX_PROTO_INFO=used")
+    nixl_check.apply_kv_path(report, need)
+    return report
+
+
+def test_recorded_host_staged_path_below_the_lab_need_fails_naming_the_figures() -> None:
+    """UCX_TLS without cuda_ipc on the lent H200: VRAM over tcp/lo at 0.483 GB/s (recorded). The lab's
+    line needs 1000 x 1024/128 = 8000 prompt tok/s x 7043.6 bytes = 0.05635 GB/s per rank pair; x 10
+    = 0.5635 GB/s, which 0.483 GB/s (8.6x the need) does not reach."""
+    report = _judged("host-staged-tcp", _need({1: 210, 16: 1000}))
+    assert not report.ok and report.warnings == []
+    (problem,) = report.problems
+    assert "GPU 0 -> GPU 0 moves KV over tcp (tcp/lo) (host-staged) at 0.483 GB/s" in problem
+    assert "below the 0.563 GB/s required (the need is 0.05635 GB/s per TP rank pair x margin 10)" in problem
+    assert "1000 output tok/s at C=16 x 1024/128 prompt/output tokens = 8000 prompt tok/s" in problem
+    assert "keep each prefill -> decode pair on one socket" in problem
+    assert report.kv is not None and report.kv["verdict"] == "fail" and report.kv["host_staged"] is True
+    assert report.kv["required_gb_s"] == pytest.approx(0.56349, rel=1e-4)
+    assert report.kv["measured_gb_s"] == pytest.approx(0.48304, rel=1e-4)
+
+
+def test_recorded_host_staged_path_that_covers_the_need_warns_with_the_figures() -> None:
+    """The same recorded path for a single-stream deployment (210 output tok/s: 1680 prompt tok/s x
+    7043.6 bytes = 0.01183 GB/s per rank pair, x 10 = 0.1183 GB/s): 0.483 GB/s covers it, 41x."""
+    report = _judged("host-staged-tcp", _need({1: 210}))
+    assert report.ok and report.problems == []
+    (warning,) = report.warnings
+    assert "GPU 0 -> GPU 0 moves KV host-staged over tcp (tcp/lo) at 0.483 GB/s (41x the need)" in warning
+    assert "covers the 0.118 GB/s required (the need is 0.01183 GB/s per TP rank pair x margin 10)" in warning
+    assert "210 output tok/s at C=1" in warning
+    assert report.kv is not None and report.kv["verdict"] == "warn"
+    assert (
+        "KV path: 0.483 GB/s over tcp (tcp/lo) against 0.118 GB/s required (warn)"
+        in nixl_check.format_report(report)
+    )
+
+
+def test_recorded_staging_through_shared_memory_still_lands_on_tcp() -> None:
+    """UCX_TLS=cuda_copy,sm,tcp,self: UCX still moved VRAM over tcp/lo (0.36 GB/s): fails the lab need."""
+    report = _judged("host-staged-shm", _need({16: 1000}))
+    assert report.transport is not None and report.transport.lanes == ["tcp/lo"]
+    assert not report.ok and "at 0.36 GB/s, below the 0.563 GB/s required" in report.problems[0]
+
+
+def test_recorded_cuda_ipc_path_passes_the_lab_need_quietly() -> None:
+    report = _judged("default", _need({16: 1000}))
+    assert report.ok and report.warnings == [] and report.kv is not None and report.kv["verdict"] == "ok"
+
+
+def test_an_explicit_floor_wins_over_the_derived_need() -> None:
+    """nixl_check_min_bandwidth_gb_s set: it replaces need x margin; the need is still named."""
+    need = _need({16: 1000})
+    floor = nixl_check.KvRequirement(need.need_gb_s, need.margin, 0.25, need.basis)
+    report = _judged("host-staged-tcp", floor)
+    assert (
+        report.ok
+        and "covers the 0.25 GB/s required (the explicit floor nixl_check_min_bandwidth_gb_s"
+        in report.warnings[0]
+    )
+    assert "the need is 0.05635 GB/s per TP rank pair" in report.warnings[0]
+
+
+def test_a_host_staged_path_with_nothing_to_judge_it_by_fails() -> None:
+    report = _judged(
+        "host-staged-tcp", nixl_check.KvRequirement(basis="the checkpoint is not on this host yet")
+    )
+    assert not report.ok and "nothing to judge that by" in report.problems[0]
+    assert "the checkpoint is not on this host yet" in report.problems[0]
+    direct = _judged("default", nixl_check.KvRequirement())
+    assert direct.ok and direct.kv is not None and direct.kv["verdict"] == "unjudged"
+
+
+def test_cli_takes_the_need_the_margin_and_the_floor() -> None:
+    args = nixl_check.build_parser().parse_args(
+        ["--kv-need-gb-s", "0.0563", "--kv-margin", "10", "--kv-basis", "b", "--min-gb-s", "0"]
+    )
+    assert (args.kv_need_gb_s, args.kv_margin, args.kv_basis, args.min_gb_s) == (0.0563, 10.0, "b", 0.0)

@@ -5,8 +5,11 @@
 - nvml: P2P, BAR1 and link findings from the NVML facts (pd_gpus, pd_gpu_topology);
 - inventory: expandable_segments in a worker env hook, UCX_NET_DEVICES for two hosts;
 - findings: the Finding type and the policy (fail, warn or skip per check).
+- kv_need: the KV rate a prefill -> decode rank pair must carry at the target line, from the
+  model (pd_appliance.model) and validation_target_output_tok_s; what a path without P2P is judged by.
 
-The NIXL transfer check is pd_appliance.nixl_check (it runs in the SGLang venv).
+The NIXL transfer check is pd_appliance.nixl_check (it runs in the SGLang venv); docs/fabric.md
+says how the pieces fit.
 """
 
 from pd_appliance.fabric.findings import CHECKS, SEVERITIES, Finding, split

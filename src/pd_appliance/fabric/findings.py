@@ -2,7 +2,9 @@
 
 Every fabric check returns findings; a policy (one severity per check, from the role variables)
 turns them into failures, warnings or nothing. The defaults fail where PD cannot work (a P2P path
-that hangs, KV that falls back to TCP) and warn where it works worse.
+that hangs, KV that falls back to TCP) and warn where it works worse. A pair without P2P across
+sockets is a warning here: whether its host-staged path is fast enough depends on the KV rate the
+model and the target line need, which the NIXL check measures against (pd_appliance.fabric.kv_need).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ CHECKS: dict[str, tuple[str, str]] = {
     "bar1": ("fail", "BAR1 smaller than GPU memory: peers cannot map it, P2P is crippled"),
     "uvm_hmm": ("warn", "HMM in nvidia_uvm: CUDA init fails on some kernels (CUDA 13 notes)"),
     "aspm": ("warn", "PCIe ASPM on a GPU link: 'surprise link down' lock-ups"),
-    "p2p": ("fail", "NVML P2P not OK for a prefill -> decode pair: KV staged through host memory"),
+    "p2p": ("fail", "NVML P2P not OK for a prefill -> decode pair on one socket: KV staged via host"),
+    "p2p_cross_socket": ("warn", "no P2P for a pair across sockets: the NIXL check judges it by the KV need"),
     "link": ("warn", "PCIe link below its generation or width"),
     "expandable_segments": ("fail", "expandable_segments memory cannot use cuda_ipc: NIXL drops to TCP"),
     "ucx_net_devices": ("fail", "two hosts without UCX_NET_DEVICES: NIXL hangs to its 300 s timeout"),

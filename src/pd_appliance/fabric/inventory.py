@@ -115,6 +115,27 @@ def net_device_findings(
     ]
 
 
+def role_gpus(instances: Any, role: str) -> list[int]:
+    """The GPUs of this host's serving instances of `role`, in order, each once.
+
+    smg pairs any prefill instance with any decode instance (it picks each side on its own), so
+    the fabric checks judge every GPU of every prefill instance against every GPU of every decode
+    instance. Malformed entries are skipped: preflight's topology check reports them.
+    """
+    found: list[int] = []
+    for instance in instances if isinstance(instances, list) else []:
+        if not isinstance(instance, Mapping) or instance.get("role") != role:
+            continue
+        for gpu in instance.get("gpus") or []:
+            try:
+                index = int(gpu)
+            except (TypeError, ValueError):
+                continue
+            if index not in found:
+                found.append(index)
+    return found
+
+
 def inventory_findings(
     host: str, groups: Mapping[str, Iterable[str]], values: Mapping[str, Any]
 ) -> list[Finding]:
