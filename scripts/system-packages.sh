@@ -14,6 +14,7 @@ declare -A NEEDED=(
   [gnupg]="gpg: signs the stand-in apt repository"
   [iproute2]="ss and ip: preflight's port checks, the container networks"
   [procps]="ps and pgrep: preflight's process checks, destroy steps"
+  [numactl]="numactl: the rehearsal's workers start under the rendered NUMA binding (node 0 on a one-node machine)"
   [docker.io]="Docker: the molecule scenarios' fresh lab hosts"
   [debootstrap]="debootstrap: builds the lab host image locally (no registry)"
   [prometheus]="Prometheus and promtool: the monitor stage, its rule tests and the rehearsal it scrapes"

@@ -1,4 +1,4 @@
-"""Serving filters: thin wrappers over pd_appliance.serving (GPU pinning, env hooks, commands)."""
+"""Serving filters: thin wrappers over pd_appliance.serving (pinning, env hooks, commands, runtime env)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ except ImportError:  # pragma: no cover - depends on how ansible-playbook was in
 
 from ansible.errors import AnsibleFilterError
 
-from pd_appliance.serving import commands, pinning, supervisor_format, topology
+from pd_appliance.serving import commands, pinning, runtime_env, supervisor_format, topology
 
 
 def _wrap(function: Any) -> Any:
@@ -79,4 +79,6 @@ class FilterModule:
             "pd_serving_sglang_argv": _wrap(commands.sglang_argv),
             "pd_serving_router_argv": _wrap(commands.router_argv),
             "pd_serving_worker_url": _wrap(commands.worker_url),
+            "pd_serving_caches_outside": _wrap(runtime_env.caches_outside),
+            "pd_serving_release_caches": _wrap(runtime_env.release_caches),
         }

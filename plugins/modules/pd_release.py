@@ -68,6 +68,10 @@ options:
     description: "stage: where the programs run ({serverurl, conf_dir, group}), kept for a later rollback."
     type: dict
     default: {}
+  caches:
+    description: "stage: where the workers keep their caches ({home, root, sglang_build_dir, env}; {}: none)."
+    type: dict
+    default: {}
   retry_failed:
     description: "stage: deploy a release that failed its gates before."
     type: bool
@@ -157,6 +161,7 @@ def main() -> None:
             "variant": {"type": "dict", "default": {}},
             "workers": {"type": "bool", "default": True},
             "supervisor": {"type": "dict", "default": {}},
+            "caches": {"type": "dict", "default": {}},
             "retry_failed": {"type": "bool", "default": False},
             "release_id": {"type": "str"},
             "reason": {"type": "str", "default": ""},
@@ -191,7 +196,7 @@ def run(p: dict[str, Any], dry: bool, warn: Any) -> dict[str, Any]:
     """One action; returns the module result."""
     from pd_appliance.release import ReleaseError
     from pd_appliance.release import host as release_host
-    from pd_appliance.release.record import compare
+    from pd_appliance.release.record import caches_part, compare
     from pd_appliance.release.store import ACCEPTED, ReleaseStore
 
     state_dir = Path(p["state_dir"])
@@ -206,6 +211,7 @@ def run(p: dict[str, Any], dry: bool, warn: Any) -> dict[str, Any]:
                 Path(p["model_dir"]),
                 p["repo_id"],
             )
+        parts["caches"] = caches_part(p["caches"] if p["workers"] else {})
         if dry and not paths.conf_dir.is_dir():
             return {"changed": True, "parts": parts, "msg": "check mode: no program rendered yet to record"}
         result = release_host.stage(

@@ -83,7 +83,10 @@ def test_rehearsal_reports_simulated_gpus_and_renders_the_files(
         in (root / "etc/apt/preferences.d/00-pd-appliance-nvidia-driver.pref").read_text()
     )
     assert "blacklist nouveau" in (root / "etc/modprobe.d/pd-appliance-blacklist-nouveau.conf").read_text()
-    assert f"CUDA_HOME={root}/usr/local/cuda-13.0" in (root / "etc/pd-appliance/cuda.env").read_text()
+    profile = (root / "etc/profile.d/pd-appliance-cuda.sh").read_text()
+    assert f'export CUDA_HOME="{root}/usr/local/cuda-13.0"' in profile
+    # The workers' CUDA_HOME comes from the serving role's env hooks; no unread cuda.env is rendered.
+    assert not (root / "etc/pd-appliance/cuda.env").exists()
     second = run_playbook(_write(tmp_path, "play.yml", PLAY), rehearsal_inventory_copy, "-e", f"out={out}")
     assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-3000:]
 

@@ -9,7 +9,7 @@ import pytest
 
 from pd_appliance.release import ReleaseError, build
 from pd_appliance.release import host as release_host
-from pd_appliance.release.record import Release, compare
+from pd_appliance.release.record import Release, caches_part, compare
 from pd_appliance.release.rollout import plan
 from pd_appliance.release.store import ACCEPTED, FAILED, PRUNED, ReleaseStore
 
@@ -166,6 +166,47 @@ def test_prune_drops_older_releases_early_when_the_disk_is_short(tmp_path: Path)
     assert result.pruned == [one.id] and "pruned before its turn" in result.notes[0]
     assert "only the current release is kept" in result.notes[-1]
     assert store.current_id == two.id and (tmp_path / "sglang" / "v2").is_dir()
+
+
+def _caches(root: Path, build: str) -> dict:
+    cache = root / "state/home/cache"
+    build_dir = str(cache / "sglang" / build)
+    env = {"TRITON_CACHE_DIR": str(cache / "triton"), "SGLANG_CACHE_DIR": build_dir}
+    return {"home": str(root / "state/home"), "root": str(cache), "sglang_build_dir": build_dir, "env": env}
+
+
+def test_the_record_says_where_the_caches_live_and_refuses_a_build_dir_outside_them(tmp_path: Path) -> None:
+    with_caches = dict(parts("v1", "a" * 40, root=tmp_path), caches=caches_part(_caches(tmp_path, "v1")))
+    release = Release(parts=with_caches)
+    record = release.to_dict()["parts"]["caches"]
+    assert record["sglang_build_dir"] == str(tmp_path / "state/home/cache/sglang/v1")
+    assert record["env"]["TRITON_CACHE_DIR"] == str(tmp_path / "state/home/cache/triton")
+    assert Release.from_dict(json.loads(json.dumps(release.to_dict()))).parts["caches"] == record
+    assert caches_part({}) == {}, "a router-only host has no worker caches"
+    outside = dict(_caches(tmp_path, "v1"), sglang_build_dir="/elsewhere/v1")
+    with pytest.raises(ReleaseError, match="not under the cache root"):
+        caches_part(outside)
+    with pytest.raises(ReleaseError, match="absolute home"):
+        caches_part(dict(_caches(tmp_path, "v1"), home="relative"))
+
+
+def test_prune_removes_the_caches_of_a_build_no_kept_release_uses(tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path / "state")
+    releases = [
+        Release(parts=dict(parts(v, "a" * 40, root=tmp_path), caches=caches_part(_caches(tmp_path, v))))
+        for v in ("v1", "v2", "v3")
+    ]
+    for release in releases:
+        _installed(tmp_path, release)
+        (Path(release.parts["caches"]["sglang_build_dir"]) / "deep_gemm").mkdir(parents=True)
+        store.stage(release)
+        store.accept(release.id)
+    shared = tmp_path / "state/home/cache/triton"
+    shared.mkdir()
+    result = store.prune(2, 2, tmp_path / "sglang", tmp_path / "models", free_bytes=lambda _p: 10**12)
+    builds = tmp_path / "state/home/cache/sglang"
+    assert result.removed_paths == [str(tmp_path / "sglang/v1"), str(builds / "v1")]
+    assert sorted(p.name for p in builds.iterdir()) == ["v2", "v3"] and shared.is_dir()
 
 
 def test_build_id_follows_the_patches_not_the_series_comments(tmp_path: Path) -> None:

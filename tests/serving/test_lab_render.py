@@ -22,6 +22,7 @@ import yaml
 from supervisor.datatypes import dict_of_key_value_pairs
 from supervisor.options import UnhosedConfigParser
 
+from pd_appliance.serving.runtime_env import CACHE_VARIABLES, CONTRACT_VARIABLES, PER_BUILD_VARIABLES
 from pd_standins.gpus import simulated_gpu
 from pd_testlib import run_playbook
 
@@ -122,6 +123,60 @@ def test_lab_decode_is_pinned_to_the_other_node(lab: Path) -> None:
     assert argv[argv.index("--port") + 1] == "30001"
     assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "32"
     assert "--disaggregation-bootstrap-port" not in argv
+
+
+# The runtime contract (roles/serving/README.md, "The worker's runtime environment"): every worker's
+# caches inside the program user's home, the toolkit's nvcc first, NVML (PCI) device order.
+def test_every_worker_carries_the_runtime_contract_inside_the_program_users_home(lab: Path) -> None:
+    home, cache = f"{lab}/var/lib/pd-appliance/home", f"{lab}/var/lib/pd-appliance/home/cache"
+    for name in ("prefill", "decode"):
+        p = _program(lab / f"etc/pd-appliance/supervisor/conf.d/{name}.conf", name)
+        env, sglang_venv = p["env"], Path(p["argv"][p["argv"].index("-m", 3) - 1]).parent.parent
+        assert [v for v in CONTRACT_VARIABLES if not env.get(v)] == [], name
+        outside = {v: env[v] for v in CACHE_VARIABLES if not (env[v] + "/").startswith(home + "/")}
+        assert outside == {}, f"pd:{name} caches outside {home}"
+        build = f"{cache}/sglang/{sglang_venv.name}"
+        assert re.fullmatch(r"0\.5\.23-[0-9a-f]{12}", sglang_venv.name)
+        assert {v: env[v] for v in PER_BUILD_VARIABLES} == {
+            "SGLANG_CACHE_DIR": build, "TORCH_EXTENSIONS_DIR": f"{build}/torch_extensions"}  # fmt: skip
+        expected = {"HOME": home, "XDG_CACHE_HOME": cache, "TRITON_CACHE_DIR": f"{cache}/triton",
+                    "FLASHINFER_WORKSPACE_BASE": f"{cache}/flashinfer",
+                    "TILELANG_CACHE_DIR": f"{cache}/tilelang", "TVM_FFI_CACHE_DIR": f"{cache}/tvm-ffi",
+                    "HF_HOME": f"{cache}/huggingface", "SGLANG_JIT_CACHE_DIR": f"{cache}/sglang-jit",
+                    "TORCHINDUCTOR_CACHE_DIR": f"{cache}/torchinductor",
+                    "CUDA_CACHE_PATH": f"{cache}/nv-compute"}  # fmt: skip
+        assert {v: env[v] for v in expected} == expected
+        assert env["HF_HUB_OFFLINE"] == "1" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert env["CUDA_HOME"] == f"{lab}/usr/local/cuda-13.0"
+        assert env["PATH"].split(":")[:2] == [f"{lab}/usr/local/cuda-13.0/bin", f"{sglang_venv}/bin"]
+    router = _program(lab / "etc/pd-appliance/supervisor/conf.d/router.conf", "router")["env"]
+    assert (router["HOME"], router["XDG_CACHE_HOME"]) == (home, cache)
+    assert "TRITON_CACHE_DIR" not in router and "HF_HUB_OFFLINE" not in router, "smg loads no Python library"
+    assert not (lab / "etc/pd-appliance/cuda.env").exists()
+
+
+def test_the_role_makes_the_home_and_cache_tree_the_program_users_0750(lab: Path) -> None:
+    home = lab / "var/lib/pd-appliance/home"
+    build = next((home / "cache/sglang").iterdir())
+    for directory in (home, home / "cache", home / "cache/sglang", build):
+        st = directory.stat()
+        # serving_secrets_owner is the invoking user here (as the program user is on a lab host).
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.getuid(), 0o750), directory
+
+
+def test_a_cache_moved_where_the_user_cannot_write_is_refused(tmp_path: Path, repo_root: Path) -> None:
+    root = tmp_path / "root"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    extra = tmp_path / "vars.json"
+    extra.write_text(json.dumps({**_owner_vars(root), "serving_env_decode": {"HF_HOME": f"{blocker}/hf"}}))
+    result = run_playbook("playbooks/serve.yml", repo_root / "inventory/lab", "--tags", "serving_render",
+                          "-e", f"@{extra}", timeout=600)  # fmt: skip
+    assert result.returncode != 0
+    refusal = f"pd:decode HF_HOME={blocker}/hf: pd-appliance cannot write there"
+    assert refusal in result.stdout, result.stdout[-3000:]
+    assert not (root / "etc/pd-appliance/supervisor/conf.d/decode.conf").exists()
 
 
 def test_lab_router_waits_for_workers_and_keeps_the_key_out(lab: Path) -> None:

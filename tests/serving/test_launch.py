@@ -57,6 +57,22 @@ def test_secret_flag_reaches_a_python_module_in_process(tmp_path) -> None:
     assert not any("worker-key-42" in word for word in seen["cmdline"])
 
 
+def test_secret_flag_reaches_a_python_module_under_numactl(tmp_path) -> None:
+    # What the serving role renders for a worker: launcher -- numactl <binding> -- python -m sglang...
+    # (numactl: scripts/system-packages.sh)
+    env_file = tmp_path / "w.env"
+    env_file.write_text("SERVING_ROUTER_API_KEY=numa-key-7\n")
+    (tmp_path / "showargs.py").write_text(SHOW)
+    seen = _run_launcher(f"--env-file={env_file}", "--secret-arg=--api-key=SERVING_ROUTER_API_KEY", "--",
+                         "/usr/bin/numactl", "--cpunodebind=0", "--membind=0", "--",
+                         sys.executable, "-m", "showargs", "--port", "1", cwd=tmp_path)  # fmt: skip
+    assert seen["argv"][1:] == ["--port", "1", "--api-key", "numa-key-7"]
+    assert not any("numa-key-7" in word for word in seen["cmdline"]), seen["cmdline"]
+    assert seen["env"] == []
+    with pytest.raises(LaunchError, match="no program after its --"):
+        prepare([f"--env-file={env_file}", "--secret-arg=--api-key=K", "--", "numactl", "-N0", "--"], {})
+
+
 def test_unset_secret_adds_no_flag_and_a_non_python_program_is_refused(tmp_path) -> None:
     env_file = tmp_path / "e.env"
     env_file.write_text("")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pd_appliance.serving.commands import CommandError, router_argv, sglang_argv, worker_url
-from pd_appliance.serving.pinning import PinningError, gpu_binding
+from pd_appliance.serving.pinning import PinningError, gpu_binding, parse_node_list
 from pd_standins.gpus import simulated_gpu
 
 LAB_FACTS = [dict(simulated_gpu(i), simulated=False) for i in range(8)]
@@ -29,6 +29,23 @@ def test_unknown_numa_node_means_no_binding() -> None:
     facts = [dict(f, numa_node=-1) for f in LAB_FACTS]
     binding = gpu_binding([0, 1], facts)
     assert binding["numactl_args"] == [] and binding["gpus_without_numa_node"] == [0, 1]
+
+
+def test_simulated_gpus_bind_to_the_nodes_the_machine_has() -> None:
+    simulated = [simulated_gpu(i) for i in range(8)]
+    # One-node machine (the CI runner, a molecule container): the lab's node 1 binds to node 0.
+    decode = gpu_binding([4, 5, 6, 7], simulated, host_numa_online="0\n")
+    assert decode["numactl_args"] == ["--cpunodebind=0", "--membind=0"]
+    assert decode["numa_nodes"] == [1] and decode["bind_numa_nodes"] == [0] and decode["simulated"]
+    # A two-node machine keeps the lab's nodes; a machine without NUMA gets no prefix.
+    node_1 = ["--cpunodebind=1", "--membind=1"]
+    assert gpu_binding([4, 5], simulated, host_numa_online="0-1")["numactl_args"] == node_1
+    assert gpu_binding([4, 5], simulated, host_numa_online=None)["numactl_args"] == []
+    # Real GPUs never use the machine's node list: their own node is the binding.
+    assert gpu_binding([4, 5], LAB_FACTS, host_numa_online="0")["numactl_args"] == node_1
+    assert parse_node_list("0,2-3") == [0, 2, 3]
+    with pytest.raises(PinningError, match="not a kernel node list"):
+        parse_node_list("zero")
 
 
 def test_gpu_missing_from_facts_names_the_variable() -> None:

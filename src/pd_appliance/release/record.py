@@ -8,6 +8,10 @@ A release is recorded per host (each host runs its own programs) from:
 - `variant`: the tuning variant in force (name and a digest of its overrides; {} when none);
 - `programs`: every pd program of the host with the exact supervisor section it runs from (the
   rendered flags and env hooks; secrets are in env files, never in a section) and its health URL.
+- `caches`: where the workers keep their caches (the serving role's runtime environment): the
+  program user's home, the cache root, the directory of this SGLang build's own caches (a build's
+  SGLang and torch-extension caches, which do not key by version; pruned with the build's venv) and
+  each cache variable's path. {} on a host without workers.
 
 The id is a digest of all of it except the section comments (notes that change nothing). Two
 renders of the same inventory on the same installs give the same id, so a re-run is no new release.
@@ -19,6 +23,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from pd_appliance.release.errors import ReleaseError
 
 ID_PREFIX = "r-"
 ID_LENGTH = 12
@@ -46,6 +52,30 @@ def variant_part(variant: dict[str, Any] | None) -> dict[str, Any]:
         "source": str(variant.get("source") or ""),
         "digest": hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12],
     }
+
+
+CACHE_KEYS = ("home", "root", "sglang_build_dir")
+
+
+def caches_part(caches: dict[str, Any] | None) -> dict[str, Any]:
+    """The `caches` part from the serving role's record of them ({} when the host runs no worker).
+
+    The SGLang build's directory must be named like the build (the venv's name) and lie under the
+    cache root, since pruning the build removes it."""
+    if not caches:
+        return {}
+    missing = [k for k in CACHE_KEYS if not str(caches.get(k) or "").startswith("/")]
+    if missing:
+        raise ReleaseError(
+            f"the release's caches need absolute {', '.join(missing)} (got {caches!r}):"
+            " the serving role passes them from serving_home_dir and serving_cache_dir"
+        )
+    build = str(caches["sglang_build_dir"]).rstrip("/")
+    root = str(caches["root"]).rstrip("/")
+    if not build.startswith(root + "/"):
+        raise ReleaseError(f"the SGLang build's cache dir {build} is not under the cache root {root}")
+    env = {str(k): str(v) for k, v in sorted((caches.get("env") or {}).items())}
+    return {"home": str(caches["home"]), "root": root, "sglang_build_dir": build, "env": env}
 
 
 @dataclass

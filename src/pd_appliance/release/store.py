@@ -294,6 +294,30 @@ class ReleaseStore:
                 if path.parent.resolve() != root.resolve():
                     continue  # never outside the directories releases are installed in
                 out.append(path)
+        return out + self._build_cache_removals(kept, dropped, current)
+
+    def _build_cache_removals(
+        self, kept: list[str], dropped: list[str], current: Release | None
+    ) -> list[Path]:
+        """The SGLang-build cache directories (the `caches` part) no kept release uses, as their venvs.
+
+        Only a directory named like its release's build, under that release's recorded cache root."""
+        in_use = {_build_cache(r) for r in [self.record(k) for k in kept] + [current] if r is not None}
+        out: list[Path] = []
+        for rid in dropped:
+            release = self.record(rid)
+            raw = _build_cache(release) if release is not None else ""
+            if not raw or raw in in_use or release is None:
+                continue
+            path = Path(raw)
+            caches = release.parts.get("caches") or {}
+            build = str((release.parts.get("sglang") or {}).get("build") or "")
+            root = Path(str(caches.get("root") or "/nonexistent"))
+            if path.name != build or not path.is_dir() or path in out:
+                continue
+            if root.resolve() not in path.resolve().parents:
+                continue
+            out.append(path)
         return out
 
     def _forget_refs(self, model_root: Path, removed: list[Path]) -> None:
@@ -344,6 +368,10 @@ class ReleaseStore:
 
 def _venv(release: Release) -> str:
     return str((release.parts.get("sglang") or {}).get("venv") or "")
+
+
+def _build_cache(release: Release) -> str:
+    return str((release.parts.get("caches") or {}).get("sglang_build_dir") or "")
 
 
 def _revision_dir(release: Release) -> str:

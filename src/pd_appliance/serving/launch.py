@@ -11,7 +11,9 @@
   both are Python programs, so the launcher execs their Python with a small shim that appends the
   flag to sys.argv inside the process and then runs the program (a console script by path, or
   `python -m module`); /proc/<pid>/cmdline shows the shim, not the secret. VAR leaves the environment
-  before the program's own code runs.
+  before the program's own code runs. A wrapper the serving role renders in front of the program
+  (`numactl <binding> -- PROGRAM ...`) is kept as is and the program after its `--` is rewritten: numactl
+  execs it with the environment unchanged.
 - `--wait-for URL` holds the start until every URL answers 2xx (the router waits for both workers'
   health), printing progress; on timeout it exits 1 and supervisor's backoff retries.
 - Then it execs COMMAND, so supervisor signals (and stopasgroup kills) the real process.
@@ -86,8 +88,23 @@ def python_of(command: Sequence[str]) -> str | None:
     return None
 
 
+# Programs the serving role puts in front of the engine; each ends its own options with `--`.
+WRAPPERS = ("numactl",)
+
+
+def split_wrapper(command: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the wrapper up to and with its `--`, the program it runs); no wrapper: ([], command)."""
+    if command and Path(command[0]).name in WRAPPERS and "--" in command[1:]:
+        end = list(command).index("--", 1) + 1
+        return list(command[:end]), list(command[end:])
+    return [], list(command)
+
+
 def in_process_secrets(command: Sequence[str], specs: Sequence[str], env: dict[str, str]) -> list[str]:
     """Rewrite `command` so its Python receives the secret flags in-process (see IN_PROCESS_SHIM)."""
+    wrapper, command = split_wrapper(command)
+    if not command:
+        raise LaunchError(f"{wrapper[0]} is given no program after its --")
     for spec in specs:
         flag, sep, var = spec.partition("=")
         if not sep or not flag.startswith("-") or not var:
@@ -102,8 +119,8 @@ def in_process_secrets(command: Sequence[str], specs: Sequence[str], env: dict[s
         )
     env["PD_LAUNCH_SECRET_ARGS"] = " ".join(specs)
     if command[1:2] == ["-m"]:
-        return [python, "-c", IN_PROCESS_SHIM, "-m", command[2], *command[3:]]
-    return [python, "-c", IN_PROCESS_SHIM, "-path", str(command[0]), *command[1:]]
+        return [*wrapper, python, "-c", IN_PROCESS_SHIM, "-m", command[2], *command[3:]]
+    return [*wrapper, python, "-c", IN_PROCESS_SHIM, "-path", str(command[0]), *command[1:]]
 
 
 def _probe(url: str, timeout_s: float) -> str | None:

@@ -2,6 +2,11 @@
 
 CUDA_VISIBLE_DEVICES takes NVML indices (the facts' `index`); numactl binds CPUs and memory to the
 node(s) those GPUs hang off, so host-side buffers (pinned KV staging, NCCL proxies) stay local.
+
+Simulated GPUs (the rehearsal's GPU stand-in) report the lab's two NUMA nodes whatever machine runs
+the rehearsal. Their binding is mapped onto the nodes that machine has (`host_numa_online`, the
+kernel's /sys/devices/system/node/online), so the rendered numactl prefix runs there too: on a
+one-node machine every simulated GPU binds to node 0.
 """
 
 from __future__ import annotations
@@ -25,10 +30,37 @@ def _indices(gpus: Iterable[Any], variable: str) -> list[int]:
     return result
 
 
+def parse_node_list(text: str) -> list[int]:
+    """Nodes of a kernel node list ("0", "0-1", "0,2-3"), as /sys/devices/system/node/online gives them."""
+    nodes: list[int] = []
+    for part in text.strip().split(","):
+        if not part.strip():
+            continue
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise PinningError(f"not a kernel node list: {text!r}")
+        nodes.extend(range(int(first), int(last or first) + 1))
+    return sorted(set(nodes))
+
+
+def _host_nodes(simulated_nodes: list[int], host_numa_online: str | None) -> list[int] | None:
+    """The machine's nodes that simulated `simulated_nodes` bind to; None when the machine has no NUMA."""
+    host = parse_node_list(host_numa_online or "")
+    if not host:
+        return None
+    return sorted({n if n in host else host[n % len(host)] for n in simulated_nodes})
+
+
 def gpu_binding(
-    gpus: Sequence[Any], facts: Sequence[Mapping[str, Any]], variable: str = "GPUs"
+    gpus: Sequence[Any],
+    facts: Sequence[Mapping[str, Any]],
+    variable: str = "GPUs",
+    host_numa_online: str | None = None,
 ) -> dict[str, Any]:
-    """CUDA_VISIBLE_DEVICES, NUMA nodes and the numactl prefix for one program."""
+    """CUDA_VISIBLE_DEVICES, NUMA nodes and the numactl prefix for one program.
+
+    `host_numa_online` is the machine's node list; only simulated GPUs use it (see the module doc).
+    """
     indices = _indices(gpus, variable)
     by_index = {int(f["index"]): f for f in facts}
     missing = [i for i in indices if i not in by_index]
@@ -47,9 +79,13 @@ def gpu_binding(
         elif int(node) not in nodes:
             nodes.append(int(node))
     nodes.sort()
+    simulated = any(bool(by_index[i].get("simulated")) for i in indices)
+    bind_nodes: list[int] | None = nodes
+    if simulated and nodes and not unknown:
+        bind_nodes = _host_nodes(nodes, host_numa_online)
     numactl: list[str] = []
-    if nodes and not unknown:
-        node_list = ",".join(map(str, nodes))
+    if bind_nodes and not unknown:
+        node_list = ",".join(map(str, bind_nodes))
         numactl = [f"--cpunodebind={node_list}", f"--membind={node_list}"]
     return {
         "cuda_visible_devices": ",".join(map(str, indices)),
@@ -57,5 +93,8 @@ def gpu_binding(
         "numactl_args": numactl,
         "gpus_without_numa_node": unknown,
         "spans_numa_nodes": len(nodes) > 1,
-        "simulated": any(bool(by_index[i].get("simulated")) for i in indices),
+        "simulated": simulated,
+        # The machine's nodes numactl binds to: the GPUs' own, or for simulated GPUs the machine's
+        # nodes they map to ([] when the machine has no NUMA: then there is no prefix).
+        "bind_numa_nodes": bind_nodes or [],
     }
