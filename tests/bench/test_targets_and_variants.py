@@ -48,6 +48,46 @@ def test_side_by_side_table_and_plot_show_every_variant(tmp_path: Path) -> None:
     assert Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_candidate_that_never_came_up_is_reported_with_its_log_tail(tmp_path: Path) -> None:
+    """What roles/validation/tasks/variant.yml records for a candidate ruled out: why, the blamed
+    programs' log tails (the Markdown shows their last lines), what was put back and its probe."""
+    tail = "".join(f"line {i}\n" for i in range(40)) + "AssertionError: Only EAGLE and DSPARK ...\n"
+    why = "gpu1: pd:decode on gpu1 did not become healthy: supervisor reports BACKOFF (Exited too quickly)"
+    blamed = {
+        "host": "gpu1",
+        "program": "pd:decode",
+        "state": "BACKOFF",
+        "description": "Exited too quickly",
+        "health": {},
+        "log_tail": tail,
+    }
+    nextn = {
+        "variant": "mtp-nextn", "phases": [],
+        "vars": {"serving_decode_extra_args": ["--speculative-algorithm", "NEXTN"]},
+        "probe": {"passed": False, "error": f"not measured: it did not come up: {why}"},
+        "ruled_out": {
+            "errors": [why], "programs": [blamed], "health_timeout_s": 900, "put_back": "deployed",
+            "put_back_errors": [], "put_back_probe": {"passed": True, "answer": " Paris."},
+        },
+    }  # fmt: skip
+    runs = [variant("deployed", 50, 200), nextn, variant("mtp-off", 45, 260)]
+    selection = select_fastest(runs, 16, THRESHOLDS)
+    assert {r["variant"]: r["eligible"] for r in selection["ranking"]}["mtp-nextn"] is False
+    report = build_report(runs, "mtp-off", THRESHOLDS, selection=selection, metadata=META)
+    assert report["passed"] and report["variants"][1]["ruled_out"]["put_back"] == "deployed"
+    md = Path(write_report(report, tmp_path)["markdown"]).read_text()
+    assert "| mtp-nextn |" in md and "ruled out: did not come up |" in md
+    section = md.split("## Candidates ruled out (never came up)")[1].split("\n## ")[0]
+    assert "**mtp-nextn** (deadline 900 s): gpu1: pd:decode on gpu1 did not become healthy" in section
+    assert "Put back **deployed**, re-verified: healthy, and the probe answered ' Paris.'." in section
+    assert "`pd:decode` on gpu1: BACKOFF (Exited too quickly); the last 15 lines of its log:" in section
+    assert "  AssertionError: Only EAGLE and DSPARK ..." in section
+    assert "line 26" in section and "line 25" not in section
+    nextn["ruled_out"].update(put_back_probe={"passed": False, "error": "no answer"})
+    md = Path(write_report(build_report(runs, "mtp-off", THRESHOLDS), tmp_path)["markdown"]).read_text()
+    assert "Put back **deployed**, NOT re-verified: no answer." in md
+
+
 KNOWN = ["serving_speculative_algorithm", "serving_decode_cuda_graph_max_bs", "serving_hf_token"]
 
 

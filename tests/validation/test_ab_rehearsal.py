@@ -1,10 +1,15 @@
 """The tuner in rehearsal: real supervisord, smg and rehearsal engine, driven by the real roles.
 
 serve.yml deploys the lab layout; validate.yml with validation_tune measures the deployed
-configuration and three candidates whose speeds differ (the rehearsal engine's per-token time set
+configuration and four candidates, three of them with different speeds (the rehearsal engine's per-token time set
 per variant by its PD_SIM_TPOT_MS env hook):
 
 - decode-fast: decode at 5 ms/token (an env hook: only pd:decode restarts);
+- mtp-nextn: MTP spelt NEXTN (launch flags through serving_*_extra_args), as many DeepSeek guides
+  spell it: SGLang's parser accepts it, DeepSeek-V4 refuses it at start (apply_deepseek_v4_defaults
+  checks the algorithm before NEXTN is aliased to EAGLE; pd_standins.engine.model_checks), so both
+  workers crash-loop. The tuner rules it out with their log tails, puts decode-fast (what served
+  before it) back, re-verifies it and goes on; the release record is not marked failed;
 - mtp-off-slow: speculative decoding off (a launch flag: prefill and decode restart) at 14 ms;
 - decode-capped: the fastest per token (2 ms) but --max-running-requests 6 (serving_max_running_requests),
   so the decode worker never runs 16 requests at once: its C=16 figure is not a C=16 figure, and
@@ -36,10 +41,16 @@ from pd_testlib import free_ports, run_playbook
 
 pytestmark = pytest.mark.slow
 
+# SGLang 0.5.23's words (sglang/srt/arg_groups/deepseek_v4_hook.py, apply_deepseek_v4_defaults).
+NEXTN_REFUSAL = "Only EAGLE and DSPARK speculative algorithms are supported for DeepseekV4ForCausalLM"
+
 BIN = Path(sys.executable).parent
 CANDIDATES = [
     {"name": "decode-fast", "description": "decode at 5 ms/token",
      "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "5"}}},
+    {"name": "mtp-nextn", "description": "MTP spelt NEXTN: DeepSeek-V4 refuses it at start",
+     "vars": {"serving_prefill_extra_args": ["--speculative-algorithm", "NEXTN"],
+              "serving_decode_extra_args": ["--speculative-algorithm", "NEXTN"]}},
     {"name": "mtp-off-slow", "description": "speculative decoding off, decode at 14 ms/token",
      "vars": {"serving_speculative_algorithm": ""}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "14"}}},
     {"name": "decode-capped", "description": "2 ms/token, at most 6 running requests",
@@ -105,9 +116,11 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         report = json.loads((tmp_path / "artifacts" / "report.json").read_text())
         assert report["passed"] and report["selected_variant"] == "decode-fast"
         assert [v["variant"] for v in report["variants"]] == ["deployed"] + [c["name"] for c in CANDIDATES]
-        assert all(v["input_len_unit"] == "tokens" for v in report["variants"])
+        assert all(v["input_len_unit"] == "tokens" for v in report["variants"] if v["phases"])
         c16 = {
-            v["variant"]: next(p for p in v["phases"] if p["concurrency"] == 16) for v in report["variants"]
+            v["variant"]: next(p for p in v["phases"] if p["concurrency"] == 16)
+            for v in report["variants"]
+            if v["phases"]
         }
         tok_s = {name: phase["output_tok_s"] for name, phase in c16.items()}
         assert tok_s["decode-fast"] > tok_s["deployed"] > tok_s["mtp-off-slow"]
@@ -117,10 +130,37 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert report["selection"]["fastest"] == "decode-fast"
         assert ranking["decode-capped"]["eligible"] is False
         assert any("decode ran at most 6 requests at once" in r for r in ranking["decode-capped"]["reasons"])
-        assert ranking["deployed"]["eligible"] and report["variants"][2]["probe"]["passed"]
+        probes = {v["variant"]: v["probe"]["passed"] for v in report["variants"]}
+        assert ranking["deployed"]["eligible"] and probes["mtp-off-slow"] and probes["decode-fast"]
+        # The candidate that never came up: ruled out with its programs' log tails (SGLang's own
+        # AssertionError), what served before it put back and re-verified, the next one measured.
+        nextn = next(v for v in report["variants"] if v["variant"] == "mtp-nextn")
+        refusal = f"AssertionError: {NEXTN_REFUSAL}"
+        assert not nextn["probe"]["passed"] and nextn["phases"] == []
+        assert "did not come up" in nextn["probe"]["error"]
+        crashed = r"pd:prefill on localhost did not become healthy: supervisor reports (BACKOFF|FATAL|EXITED)"
+        assert re.search(crashed, nextn["probe"]["error"])
+        assert "\n" not in nextn["probe"]["error"]  # one line a host; the log tails are under ruled_out
+        out = nextn["ruled_out"]
+        assert (
+            out["put_back"] == "decode-fast"
+            and out["put_back_probe"]["passed"]
+            and not out["put_back_errors"]
+        )
+        blamed = {p["program"]: p for p in out["programs"]}
+        assert "pd:prefill" in blamed and "pd:router" not in blamed
+        assert refusal in blamed["pd:prefill"]["log_tail"]
+        assert ranking["mtp-nextn"]["eligible"] is False
+        assert c16["mtp-off-slow"]["requests"] == 32
+        put_back = " ".join(validated.stdout.split())
+        assert "Candidate mtp-nextn ruled out, it did not come up" in put_back
+        assert "Put back decode-fast: re-verified" in put_back
+        releases = json.loads((root / "var" / "lib" / "pd-appliance" / "releases" / "state.json").read_text())
+        assert [i["status"] for i in releases["releases"].values()].count("failed") == 0
         assert report["final_probe"]["passed"] is True
         markdown = (tmp_path / "artifacts" / "report.md").read_text()
         assert "## Variants side by side" in markdown and "6 of 16" in markdown
+        assert "## Candidates ruled out (never came up)" in markdown and refusal in markdown
         assert (tmp_path / "artifacts" / "report.png").stat().st_size > 0
 
         adopted = json.loads(adopted_file.read_text())
@@ -132,6 +172,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert after["pd:router"] == before["pd:router"]  # no candidate touched the router
         decode_conf = (conf_d / "decode.conf").read_text()
         assert 'PD_SIM_TPOT_MS="5"' in decode_conf and "--max-running-requests" not in decode_conf
+        assert "NEXTN" not in decode_conf and "NEXTN" not in (conf_d / "prefill.conf").read_text()
         assert "--speculative-algorithm" in decode_conf
 
         # A later plain serve run applies the adopted variant: the same programs, nothing restarts.

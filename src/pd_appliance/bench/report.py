@@ -214,7 +214,9 @@ def side_by_side(report: Mapping[str, Any]) -> list[str]:
                 running = (p or {}).get("decode_running") or {}
                 row.append(f"{_fmt(running.get('peak'), 0)} of {c}" if running else "-")
         verdict = ranking.get(name)
-        if verdict is None:
+        if m.get("ruled_out"):
+            row.append("ruled out: did not come up")
+        elif verdict is None:
             row.append("-")
         elif name == selection.get("fastest"):
             row.append("**fastest**")
@@ -223,6 +225,50 @@ def side_by_side(report: Mapping[str, Any]) -> list[str]:
         else:
             row.append("not eligible: " + "; ".join(verdict.get("reasons") or []).replace("|", "/"))
         lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+# Lines of each program's log tail the Markdown shows for a candidate ruled out (the JSON keeps
+# the whole tail the serving role read: serving_health_log_lines).
+RULED_OUT_TAIL_LINES = 15
+
+
+def ruled_out(report: Mapping[str, Any]) -> list[str]:
+    """Markdown: each candidate that never came up (roles/validation/tasks/variant.yml), why, what
+    was put back and whether it was re-verified, and the end of each blamed program's log."""
+    out = [m for m in report["variants"] if m.get("ruled_out")]
+    if not out:
+        return []
+    lines = ["", "## Candidates ruled out (never came up)", ""]
+    for m in out:
+        r = m["ruled_out"]
+        probe = r.get("put_back_probe") or {}
+        if r.get("put_back_errors"):
+            back = "could not be put back: " + "; ".join(r["put_back_errors"])
+        elif probe.get("passed"):
+            back = f"re-verified: healthy, and the probe answered {probe.get('answer', '')!r}"
+        else:
+            back = f"NOT re-verified: {probe.get('error') or 'its probe did not pass'}"
+        lines += [
+            f"- **{m.get('variant')}** (deadline {r.get('health_timeout_s', '?')} s): "
+            + "; ".join(r.get("errors") or ["it did not come up"]),
+            f"  Put back **{r.get('put_back', 'deployed')}**, {back}.",
+        ]
+        for prog in r.get("programs") or []:
+            tail = str(prog.get("log_tail") or "").rstrip("\n").splitlines()[-RULED_OUT_TAIL_LINES:]
+            health = prog.get("health") or {}
+            seen = health.get("status", health.get("error"))
+            lines += [
+                "",
+                f"  `{prog.get('program')}` on {prog.get('host')}: {prog.get('state')}"
+                + (f" ({prog['description']})" if prog.get("description") else "")
+                + (f", health {seen}" if seen is not None else "")
+                + f"; the last {len(tail)} lines of its log:",
+                "",
+                "  ```text",
+                *[f"  {line}" for line in tail],
+                "  ```",
+            ]
     return lines
 
 
@@ -274,6 +320,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 "",
             ]
         lines += side_by_side(report)
+    lines += ruled_out(report)
     lines += [
         "",
         "## Variants",

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
-from pd_standins.engine import SIMULATOR_BANNER, startup_log
+from pd_standins.engine import SIMULATOR_BANNER, model_checks, startup_log
 from pd_standins.engine.bootstrap import PdTimeouts
 from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions, CannedCompletionsError
@@ -221,6 +221,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def config_from_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, list[str]]:
     """Parse argv into a SimConfig; return it with the SGLang flags that were accepted but not simulated."""
     args = parse_args(argv)
+    model_checks.refuse(args, load_flag_table())  # what the model refuses after the parser (exits 1)
     try:
         canned = CannedCompletions.load(
             args.sim_canned_completions, os.environ.get("PD_SIM_CANNED_COMPLETIONS_JSON") or None
