@@ -72,6 +72,8 @@ class SimConfig:
     canned: CannedCompletions = field(default_factory=CannedCompletions)
     # The interpreter the real engine would run from (its venv is the release's SGLang build).
     sglang_python: str | None = None
+    # The whole command line when started as a program (pd_standins.engine.startup reads it).
+    launch_args: Any = None
 
     @property
     def model_name(self) -> str:
