@@ -382,12 +382,12 @@ def check_shm(path: Path = Path("/dev/shm"), min_free: int = SHM_MIN_FREE_BYTES)
     """/dev/shm must be writable by this user and have room for NCCL's and torch's segments."""
     error = probe(path)
     if error is not None:
-        return f"/dev/shm is not usable by uid {os.getuid()}\n{type(error).__name__}: {error}"
+        return f"{path} is not usable by uid {os.getuid()}\n{type(error).__name__}: {error}"
     stat = os.statvfs(path)
     free = stat.f_bavail * stat.f_frsize
     if free < min_free:
         return (
-            f"/dev/shm has {free / 2**20:.0f} MiB free, below the {min_free / 2**20:.0f} MiB NCCL's SHM "
+            f"{path} has {free / 2**20:.0f} MiB free, below the {min_free / 2**20:.0f} MiB NCCL's SHM "
             "transport and torch's IPC need\nRuntimeError: Error while creating shared memory segment "
             f"{path}/nccl-* (No space left on device)"
         )
