@@ -43,6 +43,7 @@ from pd_standins.engine.bootstrap import (
 from pd_standins.engine.metrics import EngineMetrics, RequestMetrics
 from pd_standins.engine.release import describe, header_value
 from pd_standins.engine.text import CannedCompletions, Completion, TokenCounter, complete
+from pd_standins.engine.transfer import RankPorts, TransferError, local_ip
 
 UNGUARDED_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
 ROLES = ("null", "prefill", "decode")
@@ -160,6 +161,8 @@ class SimWorker:
             queued=lambda: float(self.queued),
         )
         self.rooms.metrics = self.sglang_metrics
+        # The per-TP-rank transfer ports of a PD worker (opened by serve()).
+        self.transfer: RankPorts | None = None
         self.release = describe(config.sglang_python, config.model_path)
         self.stamp = f"{SIMULATOR_BANNER}; role={config.role}; {header_value(self.release)}"
 
@@ -198,6 +201,8 @@ class SimWorker:
         except RendezvousError as exc:
             response = _error(502, f"decode could not pair with prefill: {exc}")
         except TransferFailed as exc:
+            response = _error(500, str(exc))
+        except TransferError as exc:
             response = _error(500, str(exc))
         self._stamp(response)
         return response
@@ -376,6 +381,13 @@ class SimWorker:
                         f"Prefill transfer failed: bootstrap room {room} was not taken by a decode within "
                         f"{self.config.pd.bootstrap_timeout_s:g} s (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)"
                     )
+                left = self.config.pd.bootstrap_timeout_s - (time.monotonic() - arrived)
+                if self.transfer is not None and not await self.transfer.pushed(int(room), left):
+                    self.sglang_metrics.transfer_failure()
+                    raise TransferFailed(
+                        f"Prefill transfer failed: the KV of bootstrap room {room} could not be sent to the "
+                        "decode's rank port (a ZMQ port the OS chose: is it reachable from this host?)"
+                    )
             max_tokens = min(max_tokens, 1)  # prefill emits one token; decode streams the rest
         elif role == "decode":
             if not rooms:
@@ -391,8 +403,14 @@ class SimWorker:
                     host = str(hosts[min(i, len(hosts) - 1)]) if hosts else "127.0.0.1"
                     port = ports[min(i, len(ports) - 1)] if ports else None
                     port = int(port) if port is not None else self.config.bootstrap_port
-                    await rendezvous(host, port, int(room), self.config.rendezvous_timeout_s, self.config.pd)
-            except RendezvousError:
+                    started = time.monotonic()
+                    _, endpoints = await rendezvous(
+                        host, port, int(room), self.config.rendezvous_timeout_s, self.config.pd
+                    )
+                    if self.transfer is not None:
+                        left = self.config.rendezvous_timeout_s - (time.monotonic() - started)
+                        await self.transfer.pull(endpoints, int(room), left)
+            except (RendezvousError, TransferError):
                 self.sglang_metrics.transfer_failure()
                 raise
             finally:
@@ -619,6 +637,10 @@ async def serve(
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
+    if config.role in ("prefill", "decode"):
+        worker.transfer = RankPorts(local_ip(), config.tp_size)
+        await worker.transfer.open()
+        worker.rooms.rank_endpoints = worker.transfer.endpoints
     bootstrap = None
     if config.role == "prefill":
         bootstrap = await asyncio.start_server(
@@ -631,4 +653,6 @@ async def serve(
     finally:
         if bootstrap is not None:
             bootstrap.close()
+        if worker.transfer is not None:
+            worker.transfer.close()
         await runner.cleanup()
