@@ -33,54 +33,54 @@ def _paths(env: dict[str, str]) -> dict[str, Path]:
     return {loc.key: loc.path for loc in cache_locations(env)}
 
 
-def test_each_library_falls_back_to_the_home_directory() -> None:
+def test_each_library_falls_back_to_sglangs_redirect_then_the_home_directory() -> None:
     env = {"HOME": "/srv/home", "USER": "svc"}
     paths = _paths(env)
-    assert paths["triton"] == Path("/srv/home/.triton/cache")
-    assert paths["flashinfer"] == Path("/srv/home/.cache/flashinfer/0.7.2/120f/cached_ops")
-    assert paths["tilelang"] == Path("/srv/home/.tilelang/cache")
-    assert paths["tilelang-tmp"] == Path("/srv/home/.tilelang/cache/tmp")
+    # sglang/__init__.py points five library caches at SGLANG_CACHE_DIR (~/.cache/sglang) first.
+    assert paths["sglang"] == Path("/srv/home/.cache/sglang")
+    assert paths["triton"] == Path("/srv/home/.cache/sglang/triton")
+    assert paths["flashinfer"] == Path("/srv/home/.cache/sglang/.cache/flashinfer/0.7.2/120f/cached_ops")
+    assert paths["tilelang"] == Path("/srv/home/.cache/sglang/tilelang")
+    assert paths["tilelang-tmp"] == Path("/srv/home/.cache/sglang/tilelang/tmp")
+    assert paths["inductor"] == Path("/srv/home/.cache/sglang/inductor")
+    assert paths["cuda"] == Path("/srv/home/.cache/sglang/nv")
+    # The others use their own fallbacks.
+    assert paths["sglang-jit"] == Path("/srv/home/.cache/sglang/jit")
     assert paths["tvm-ffi"] == Path("/srv/home/.cache/tvm-ffi")
-    assert paths["inductor"] == Path("/tmp/torchinductor_svc")
-    assert paths["cuda"] == Path("/srv/home/.nv/ComputeCache")
+    assert paths["torch-extensions"] == Path("/srv/home/.cache/torch_extensions")
     assert paths["xdg"] == Path("/srv/home/.cache")
     assert paths["hf-home"] == Path("/srv/home/.cache/huggingface")
     assert paths["hf-modules"] == Path("/srv/home/.cache/huggingface/modules")
 
 
 def test_the_variables_take_precedence_as_in_each_library() -> None:
-    env = {
-        "HOME": "/h",
-        "USER": "root",
-        "LOGNAME": "svc",  # getpass.getuser reads LOGNAME before USER
-        "TRITON_HOME": "/t",
-        "FLASHINFER_WORKSPACE_BASE": "/fi",
-        "TILELANG_CACHE_DIR": "/tl",
-        "TORCHINDUCTOR_CACHE_DIR": "/ind",
-        "CUDA_CACHE_PATH": "/cc",
-        "XDG_CACHE_HOME": "/x",
-        "TMPDIR": "/scratch",
-    }
+    env = {"HOME": "/h", "USER": "svc", "SGLANG_CACHE_DIR": "/sg", "FLASHINFER_WORKSPACE_BASE": "/fi",
+           "TILELANG_CACHE_DIR": "/tl", "CUDA_CACHE_PATH": "/cc", "XDG_CACHE_HOME": "/x"}  # fmt: skip
     paths = _paths(env)
-    assert paths["triton"] == Path("/t/.triton/cache")  # TRITON_HOME when TRITON_CACHE_DIR is unset
+    assert paths["triton"] == Path("/sg/triton") and paths["inductor"] == Path("/sg/inductor")
     assert _paths({**env, "TRITON_CACHE_DIR": "/tc"})["triton"] == Path("/tc")
     assert paths["flashinfer"] == Path("/fi/.cache/flashinfer/0.7.2/120f/cached_ops")
     assert paths["tilelang"] == Path("/tl") and paths["tilelang-tmp"] == Path("/tl/tmp")
-    assert paths["inductor"] == Path("/ind")
-    assert _paths({**env, "TORCHINDUCTOR_CACHE_DIR": ""})["inductor"] == Path("/scratch/torchinductor_svc")
     assert paths["cuda"] == Path("/cc")
     assert "cuda" not in _paths({**env, "CUDA_CACHE_DISABLE": "1"})
-    # XDG_CACHE_HOME moves the Hugging Face home, not tvm-ffi's cache (which expands ~/.cache itself).
-    assert paths["hf-home"] == Path("/x/huggingface") and paths["tvm-ffi"] == Path("/h/.cache/tvm-ffi")
+    # XDG_CACHE_HOME moves the Hugging Face home and torch's extensions, not SGLang's or tvm-ffi's
+    # caches (which expand ~/.cache themselves).
+    assert paths["hf-home"] == Path("/x/huggingface") and paths["torch-extensions"] == Path(
+        "/x/torch_extensions"
+    )
+    assert paths["tvm-ffi"] == Path("/h/.cache/tvm-ffi") and paths["sglang-jit"] == Path(
+        "/h/.cache/sglang/jit"
+    )
     assert _paths({**env, "HF_HOME": "/hf"})["hf-modules"] == Path("/hf/modules")
+    assert _paths({**env, "SGLANG_CACHE_DIR": "~/sg"})["triton"] == Path("/h/sg/triton")
 
 
 def test_without_home_the_passwd_entry_of_the_user_is_the_home() -> None:
     entry = pwd.getpwuid(os.getuid())
     locations = cache_locations({"USER": entry.pw_name})
-    triton = next(loc for loc in locations if loc.key == "triton")
-    assert triton.path == Path(entry.pw_dir) / ".triton" / "cache"
-    assert f"passwd entry of uid {os.getuid()}" in triton.chosen_by
+    sglang = next(loc for loc in locations if loc.key == "sglang")
+    assert sglang.path == Path(entry.pw_dir) / ".cache" / "sglang"
+    assert f"passwd entry of uid {os.getuid()}" in sglang.chosen_by
 
 
 def _as_unprivileged(fn: Callable[[], Any]) -> Any:
@@ -136,23 +136,18 @@ def test_a_home_the_user_cannot_write_fails_naming_the_path(root_owned_home: Pat
     failures = _as_unprivileged(lambda: host_contract.check_caches(env))
     text = "\n".join(failures)
     # The first JIT compile's os.makedirs fails as it would in the library.
-    assert f"PermissionError: [Errno 13] Permission denied: '{root_owned_home}/.triton'" in text
-    assert f"FlashInfer's JIT workspace at {root_owned_home}/.cache/flashinfer" in text
-    assert "chosen by FLASHINFER_WORKSPACE_BASE unset: Path.home() (HOME)" in text
-    assert "inductor" not in text and "torchinductor" not in text  # TMPDIR is writable
+    assert f"PermissionError: [Errno 13] Permission denied: '{root_owned_home}/.cache'" in text
+    assert f"FlashInfer's JIT workspace at {root_owned_home}/.cache/sglang/.cache/flashinfer" in text
+    assert "chosen by FLASHINFER_WORKSPACE_BASE unset: sglang's redirect_third_party_caches" in text
 
     # The tree the serving role gives the service user (one variable each): all usable.
     tree = {
         name: str(writable / name)
         for name in (
-            "TRITON_CACHE_DIR",
-            "FLASHINFER_WORKSPACE_BASE",
-            "TILELANG_CACHE_DIR",
+            "SGLANG_CACHE_DIR",  # moves Triton, FlashInfer, TileLang, Inductor and CUDA's caches along
+            "SGLANG_JIT_CACHE_DIR",
             "TVM_FFI_CACHE_DIR",
-            "TORCHINDUCTOR_CACHE_DIR",
-            "CUDA_CACHE_PATH",
-            "XDG_CACHE_HOME",
-            "HF_HOME",
+            "XDG_CACHE_HOME",  # moves the Hugging Face home and torch's extensions along
         )
     }
     assert _as_unprivileged(lambda: host_contract.check_caches({**env, **tree})) == []
@@ -161,7 +156,7 @@ def test_a_home_the_user_cannot_write_fails_naming_the_path(root_owned_home: Pat
 def test_the_engine_exits_1_and_its_log_tail_names_the_path(root_owned_home: Path) -> None:
     """What supervisor's log tail shows for a worker whose home is root-owned (the lab's day 1)."""
     env = {**os.environ, "HOME": str(root_owned_home), "PD_SIM_JIT_COMPILE_S": "0"}
-    for name in ("TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "XDG_CACHE_HOME", "HF_HOME"):
+    for name in ("SGLANG_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "XDG_CACHE_HOME"):
         env.pop(name, None)
 
     def run() -> tuple[int, str]:
@@ -176,7 +171,7 @@ def test_the_engine_exits_1_and_its_log_tail_names_the_path(root_owned_home: Pat
     assert status == 1, output
     tail = output.strip().splitlines()
     assert any(
-        line == f"ERROR PermissionError: [Errno 13] Permission denied: '{root_owned_home}/.triton'"
+        line == f"ERROR PermissionError: [Errno 13] Permission denied: '{root_owned_home}/.cache'"
         for line in tail
     ), tail
     assert "Triton's kernel cache" in output and "triton/knobs.py" in output

@@ -12,6 +12,12 @@ Resolution, read in the wheels SGLang 0.5.23 pins (METADATA: flashinfer-python 0
 0.1.12, apache-tvm-ffi 0.1.11, torch 2.14.1, transformers 5.19.0) and in triton 3.9.0:
 - home: Python's os.path.expanduser("~") / pathlib.Path.home(): $HOME when set, else the passwd
   entry of the uid (supervisor 4.3 switches uid without setting HOME: REFERENCE.md).
+- SGLang first: sglang/__init__.py calls srt/environ.py redirect_third_party_caches() before torch
+  or FlashInfer load; it setdefaults TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, CUDA_CACHE_PATH,
+  TILELANG_CACHE_DIR (<base>/triton, inductor, nv, tilelang) and FLASHINFER_WORKSPACE_BASE (<base>)
+  from SGLANG_CACHE_DIR (default "~/.cache/sglang", not XDG-aware). So in a worker the libraries'
+  own fallbacks below apply only to what that leaves unset. SGLang's JIT kernels:
+  kernels/jit/utils/compile/cache.py cache_root() = SGLANG_JIT_CACHE_DIR, else ~/.cache/sglang/jit.
 - Triton: triton/knobs.py cache_knobs.dir = TRITON_CACHE_DIR, else TRITON_HOME (default "~/") +
   ".triton/cache" (get_triton_dir).
 - FlashInfer: flashinfer/jit/env.py FLASHINFER_BASE_DIR = FLASHINFER_WORKSPACE_BASE, else
@@ -29,7 +35,8 @@ Resolution, read in the wheels SGLang 0.5.23 pins (METADATA: flashinfer-python 0
 - CUDA driver's JIT cache: CUDA_CACHE_PATH, else ~/.nv/ComputeCache; CUDA_CACHE_DISABLE=1 turns it
   off (NVIDIA CUDA C++ Programming Guide, "CUDA Environment Variables"; the driver is no wheel).
 - XDG cache: XDG_CACHE_HOME, else ~/.cache (sglang/srt/model_loader/expert_pack_runtime.py,
-  flashinfer's b12x compile cache).
+  flashinfer's b12x compile cache); torch/utils/cpp_extension.py builds under TORCH_EXTENSIONS_DIR,
+  else <XDG cache>/torch_extensions.
 - Hugging Face: huggingface_hub/constants.py HF_HOME = HF_HOME, else XDG_CACHE_HOME/huggingface,
   else ~/.cache/huggingface; transformers/utils/hub.py HF_MODULES_CACHE = HF_MODULES_CACHE, else
   HF_HOME/modules, written by dynamic_module_utils.init_hf_modules under --trust-remote-code.
@@ -149,150 +156,170 @@ def _pick(env: Mapping[str, str], name: str, default: str, fallback_note: str) -
     return default, f"{name} unset: {fallback_note}"
 
 
+# sglang 0.5.23 srt/environ.py third_party_cache_defaults(): what redirect_third_party_caches() (run by
+# sglang/__init__.py before torch or FlashInfer load) setdefaults, under SGLANG_CACHE_DIR.
+SGLANG_REDIRECTS = {
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "CUDA_CACHE_PATH": "nv",
+    "TILELANG_CACHE_DIR": "tilelang",
+    "FLASHINFER_WORKSPACE_BASE": "",
+}
+
+
+def sglang_environment(env: Mapping[str, str], home: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The environment after `import sglang`: SGLang's redirect of the third-party caches applied.
+
+    Returns it and, for each variable the redirect set, how (for messages)."""
+    base = _expand(env.get("SGLANG_CACHE_DIR") or "~/.cache/sglang", home)
+    base_by = "SGLANG_CACHE_DIR" if env.get("SGLANG_CACHE_DIR") else "SGLANG_CACHE_DIR unset: ~/.cache/sglang"
+    out, how = dict(env), {}
+    for name, sub in SGLANG_REDIRECTS.items():
+        if not out.get(name):  # os.environ.setdefault (an empty value counts as unset to the libraries)
+            out[name] = os.path.join(base, sub) if sub else base
+            how[name] = (
+                f"{name} unset: sglang's redirect_third_party_caches -> {base_by}{'/' + sub if sub else ''}"
+            )
+    return out, how
+
+
 def cache_locations(env: Mapping[str, str] | None = None, uid: int | None = None) -> list[CacheLocation]:
-    """Every cache location of the real engine's libraries, resolved from `env` (default: ours)."""
+    """Every cache location of the real engine's libraries, resolved from `env` (default: ours) as a
+    worker process resolves them: SGLang's redirect first, then each library's own rule."""
     env = os.environ if env is None else env
     home, home_by = home_dir(env, uid)
+    env, redirected = sglang_environment(env, home)
+
+    def pick(name: str, fallback: str, note: str) -> tuple[str, str]:
+        value, by = _pick(env, name, fallback, note)
+        return _expand(value, home), redirected.get(name, by)
 
     def under_home(rel: str) -> str:
         return os.path.join(home, rel)
 
     out: list[CacheLocation] = []
-    triton_home, _ = _pick(env, "TRITON_HOME", home + "/", "home")
-    triton, by = _pick(
-        env,
-        "TRITON_CACHE_DIR",
-        os.path.join(_expand(triton_home, home), ".triton", "cache"),
-        f"TRITON_HOME/.triton/cache ({'TRITON_HOME' if env.get('TRITON_HOME') else home_by})",
+
+    def add(key: str, label: str, path: str, by: str, cite: str, jit: bool) -> None:
+        out.append(CacheLocation(key, label, Path(path), by, cite, jit))
+
+    base, by = pick("SGLANG_CACHE_DIR", under_home(".cache/sglang"), f"~/.cache/sglang ({home_by})")
+    add("sglang", "SGLang's cache", base, by, "sglang 0.5.23 srt/environ.py SGLANG_CACHE_DIR", False)
+    path, by = pick(
+        "SGLANG_JIT_CACHE_DIR", under_home(".cache/sglang/jit"), f"~/.cache/sglang/jit ({home_by})"
     )
-    out.append(
-        CacheLocation(
-            "triton",
-            "Triton's kernel cache",
-            Path(triton),
-            by,
-            "triton 3.9.0 triton/knobs.py cache_knobs.dir",
-            True,
-        )
+    add(
+        "sglang-jit",
+        "SGLang's JIT kernel cache",
+        path,
+        by,
+        "sglang 0.5.23 kernels/jit/utils/compile/cache.py cache_root()",
+        True,
     )
-    fi_base, by = _pick(env, "FLASHINFER_WORKSPACE_BASE", home, f"Path.home() ({home_by})")
-    fi_jit = Path(fi_base) / ".cache" / "flashinfer" / FLASHINFER_VERSION / FLASHINFER_ARCH / "cached_ops"
-    out.append(
-        CacheLocation(
-            "flashinfer",
-            "FlashInfer's JIT workspace",
-            fi_jit,
-            by,
-            "flashinfer 0.7.2 flashinfer/jit/env.py FLASHINFER_JIT_DIR",
-            True,
-        )
+    triton_home = _expand(env.get("TRITON_HOME") or home, home)
+    path, by = pick(
+        "TRITON_CACHE_DIR", os.path.join(triton_home, ".triton", "cache"), "TRITON_HOME/.triton/cache"
     )
-    tl_cache, by = _pick(
-        env, "TILELANG_CACHE_DIR", under_home(".tilelang/cache"), f"~/.tilelang/cache ({home_by})"
+    add("triton", "Triton's kernel cache", path, by, "triton 3.9.0 triton/knobs.py cache_knobs.dir", True)
+    fi_base, by = pick("FLASHINFER_WORKSPACE_BASE", home, f"Path.home() ({home_by})")
+    fi_jit = os.path.join(fi_base, ".cache", "flashinfer", FLASHINFER_VERSION, FLASHINFER_ARCH, "cached_ops")
+    add(
+        "flashinfer",
+        "FlashInfer's JIT workspace",
+        fi_jit,
+        by,
+        "flashinfer 0.7.2 flashinfer/jit/env.py FLASHINFER_JIT_DIR",
+        True,
     )
-    tl_cache = _expand(tl_cache, home)
-    out.append(
-        CacheLocation(
-            "tilelang",
-            "TileLang's kernel cache",
-            Path(tl_cache),
-            by,
-            "tilelang 0.1.12 tilelang/env.py TILELANG_CACHE_DIR",
-            True,
-        )
+    tl_cache, by = pick("TILELANG_CACHE_DIR", under_home(".tilelang/cache"), f"~/.tilelang/cache ({home_by})")
+    add(
+        "tilelang",
+        "TileLang's kernel cache",
+        tl_cache,
+        by,
+        "tilelang 0.1.12 tilelang/env.py TILELANG_CACHE_DIR",
+        True,
     )
-    tl_tmp, by = _pick(env, "TILELANG_TMP_DIR", os.path.join(tl_cache, "tmp"), "TILELANG_CACHE_DIR/tmp")
-    out.append(
-        CacheLocation(
-            "tilelang-tmp",
-            "TileLang's temporary build directory",
-            Path(_expand(tl_tmp, home)),
-            by,
-            "tilelang 0.1.12 tilelang/env.py TILELANG_TMP_DIR",
-            False,
-        )
+    path, by = pick("TILELANG_TMP_DIR", os.path.join(tl_cache, "tmp"), "TILELANG_CACHE_DIR/tmp")
+    add(
+        "tilelang-tmp",
+        "TileLang's temporary build directory",
+        path,
+        by,
+        "tilelang 0.1.12 tilelang/env.py TILELANG_TMP_DIR",
+        False,
     )
-    tvm_ffi, by = _pick(
-        env, "TVM_FFI_CACHE_DIR", under_home(".cache/tvm-ffi"), f"~/.cache/tvm-ffi ({home_by})"
-    )
-    out.append(
-        CacheLocation(
-            "tvm-ffi",
-            "TVM FFI's extension build cache",
-            Path(_expand(tvm_ffi, home)),
-            by,
-            "apache-tvm-ffi 0.1.11 tvm_ffi/cpp/extension.py (TVM_FFI_CACHE_DIR)",
-            True,
-        )
+    path, by = pick("TVM_FFI_CACHE_DIR", under_home(".cache/tvm-ffi"), f"~/.cache/tvm-ffi ({home_by})")
+    add(
+        "tvm-ffi",
+        "TVM FFI's extension build cache",
+        path,
+        by,
+        "apache-tvm-ffi 0.1.11 tvm_ffi/cpp/extension.py (TVM_FFI_CACHE_DIR)",
+        True,
     )
     user = re.sub(r'[\\/:*?"<>|]', "_", user_name(env, uid))
-    inductor, by = _pick(
-        env,
+    path, by = pick(
         "TORCHINDUCTOR_CACHE_DIR",
         os.path.join(temp_dir(env), f"torchinductor_{user}"),
         "tempfile.gettempdir()/torchinductor_<getpass.getuser()>",
     )
-    out.append(
-        CacheLocation(
-            "inductor",
-            "torch inductor's cache",
-            Path(inductor),
-            by,
-            "torch 2.14.1 torch/_inductor/runtime/cache_dir_utils.py cache_dir()",
-            True,
-        )
+    add(
+        "inductor",
+        "torch inductor's cache",
+        path,
+        by,
+        "torch 2.14.1 torch/_inductor/runtime/cache_dir_utils.py cache_dir()",
+        True,
+    )
+    xdg, xdg_by = pick("XDG_CACHE_HOME", under_home(".cache"), f"~/.cache ({home_by})")
+    path, by = pick(
+        "TORCH_EXTENSIONS_DIR", os.path.join(xdg, "torch_extensions"), "XDG_CACHE_HOME/torch_extensions"
+    )
+    add(
+        "torch-extensions",
+        "torch's C++ extension builds",
+        path,
+        by,
+        "torch 2.14.1 torch/utils/cpp_extension.py _get_build_directory (TORCH_EXTENSIONS_DIR)",
+        True,
     )
     if env.get("CUDA_CACHE_DISABLE") != "1":
-        cuda, by = _pick(
-            env, "CUDA_CACHE_PATH", under_home(".nv/ComputeCache"), f"~/.nv/ComputeCache ({home_by})"
-        )
-        out.append(
-            CacheLocation(
-                "cuda",
-                "the CUDA driver's JIT cache",
-                Path(_expand(cuda, home)),
-                by,
-                "CUDA C++ Programming Guide, CUDA Environment Variables (CUDA_CACHE_PATH)",
-                True,
-            )
-        )
-    xdg, by = _pick(env, "XDG_CACHE_HOME", under_home(".cache"), f"~/.cache ({home_by})")
-    out.append(
-        CacheLocation(
-            "xdg",
-            "the XDG cache",
-            Path(_expand(xdg, home)),
+        path, by = pick("CUDA_CACHE_PATH", under_home(".nv/ComputeCache"), f"~/.nv/ComputeCache ({home_by})")
+        add(
+            "cuda",
+            "the CUDA driver's JIT cache",
+            path,
             by,
-            "sglang 0.5.23 srt/model_loader/expert_pack_runtime.py (XDG_CACHE_HOME)",
-            False,
+            "CUDA C++ Programming Guide, CUDA Environment Variables (CUDA_CACHE_PATH)",
+            True,
         )
+    add(
+        "xdg",
+        "the XDG cache",
+        xdg,
+        xdg_by,
+        "sglang 0.5.23 srt/model_loader/expert_pack_runtime.py (XDG_CACHE_HOME)",
+        False,
     )
-    hf_default = os.path.join(
-        _expand(env["XDG_CACHE_HOME"], home) if env.get("XDG_CACHE_HOME") else under_home(".cache"),
-        "huggingface",
+    hf_home, by = pick(
+        "HF_HOME", os.path.join(xdg, "huggingface"), "XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface"
     )
-    hf_home, by = _pick(env, "HF_HOME", hf_default, "XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface")
-    hf_home = _expand(hf_home, home)
-    out.append(
-        CacheLocation(
-            "hf-home",
-            "the Hugging Face home",
-            Path(hf_home),
-            by,
-            "huggingface_hub 2.4.0 huggingface_hub/constants.py HF_HOME",
-            False,
-        )
+    add(
+        "hf-home",
+        "the Hugging Face home",
+        hf_home,
+        by,
+        "huggingface_hub 2.4.0 huggingface_hub/constants.py HF_HOME",
+        False,
     )
-    modules, by = _pick(env, "HF_MODULES_CACHE", os.path.join(hf_home, "modules"), "HF_HOME/modules")
-    out.append(
-        CacheLocation(
-            "hf-modules",
-            "transformers' remote-code module cache",
-            Path(_expand(modules, home)),
-            by,
-            "transformers 5.19.0 transformers/utils/hub.py HF_MODULES_CACHE",
-            False,
-        )
+    path, by = pick("HF_MODULES_CACHE", os.path.join(hf_home, "modules"), "HF_HOME/modules")
+    add(
+        "hf-modules",
+        "transformers' remote-code module cache",
+        path,
+        by,
+        "transformers 5.19.0 transformers/utils/hub.py HF_MODULES_CACHE",
+        False,
     )
     return out
 
