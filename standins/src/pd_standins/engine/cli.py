@@ -279,7 +279,10 @@ async def _start_up(config: SimConfig, stop: asyncio.Event) -> bool:
         task.cancel()
         return False
     stopped.cancel()
-    task.result()
+    pool = task.result().pool
+    if pool is not None:
+        config.max_running_requests = pool.max_running_requests
+        config.max_total_num_tokens = pool.max_total_num_tokens
     config.startup_delay_s += config.ttft_s + config.tpot_s
     return True
 

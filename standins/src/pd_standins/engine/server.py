@@ -40,6 +40,7 @@ from pd_standins.engine.bootstrap import (
     RendezvousError,
     rendezvous,
 )
+from pd_standins.engine.kv_pool import UNSIZED_MAX_RUNNING_REQUESTS, TokenPool, request_tokens
 from pd_standins.engine.metrics import EngineMetrics, RequestMetrics
 from pd_standins.engine.release import describe, header_value
 from pd_standins.engine.text import CannedCompletions, Completion, TokenCounter, complete
@@ -62,7 +63,9 @@ class SimConfig:
     tp_size: int = 1
     api_key: str | None = None
     context_length: int = 65536
-    max_running_requests: int = 256
+    max_running_requests: int | None = 256
+    # The KV pool's tokens (pd_standins.engine.kv_pool); None = not sized, no token admission.
+    max_total_num_tokens: int | None = None
     enable_metrics: bool = True
     ttft_s: float = 0.05
     tpot_s: float = 0.002
@@ -149,7 +152,10 @@ class SimWorker:
         self.stats = _Stats()
         self.decode_waiting = 0
         self.queued = 0
+        if config.max_running_requests is None:
+            config.max_running_requests = UNSIZED_MAX_RUNNING_REQUESTS
         self.slots = asyncio.Semaphore(max(1, int(config.max_running_requests)))
+        self.kv = TokenPool(config.max_total_num_tokens) if config.max_total_num_tokens else None
         self.tokens = TokenCounter.for_model(config.model_path)
         self.sglang_metrics = EngineMetrics(
             config.role,
@@ -246,6 +252,7 @@ class SimWorker:
             "disaggregation_bootstrap_port": c.bootstrap_port,
             "disaggregation_transfer_backend": "simulated",
             "max_running_requests": c.max_running_requests,
+            "max_total_num_tokens": c.max_total_num_tokens,
             "context_length": c.context_length,
             "enable_metrics": c.enable_metrics,
             "sim_ttft_ms": c.ttft_s * 1000,
@@ -339,6 +346,28 @@ class SimWorker:
         return body
 
     @contextlib.asynccontextmanager
+    async def _kv_tokens(self, prompt_tokens: int) -> AsyncIterator[None]:
+        """The request's pages of the KV pool (kv_pool.request_tokens), held until it finishes; a prompt
+        larger than the pool is refused as SGLang's _check_if_req_exceed_kv_capacity refuses it."""
+        if self.kv is None:
+            yield
+            return
+        if prompt_tokens > self.kv.total:
+            raise BadRequest(
+                f"Request exceeds the maximum number of tokens: {prompt_tokens} > {self.kv.total}"
+            )
+        tokens = min(request_tokens(self.config.role, prompt_tokens), self.kv.total)
+        self.queued += 1
+        try:
+            await self.kv.acquire(tokens)
+        finally:
+            self.queued -= 1
+        try:
+            yield
+        finally:
+            await self.kv.release(tokens)
+
+    @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
         """One of --max-running-requests slots, held while the request runs; waiting is queueing."""
         self.queued += 1
@@ -366,6 +395,9 @@ class SimWorker:
         ignore_eos = bool(body.get("ignore_eos") or (body.get("sampling_params") or {}).get("ignore_eos"))
         role = self.config.role
         rooms = _as_list(body.get("bootstrap_room"))
+        # The decode allocates the request's KV before it bootstraps (SGLang's prealloc queue), so a
+        # full pool holds the pair back; the others take their pages when they start.
+        await stack.enter_async_context(self._kv_tokens(prompt_tokens))
         if role != "decode":
             await stack.enter_async_context(self._running())
         if role == "prefill":

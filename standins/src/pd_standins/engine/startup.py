@@ -65,6 +65,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "max_total_tokens": None,
     "page_size": None,  # DeepSeek-V4: 256 (arg_groups/model_overrides/deepseek_v4.py)
     "chunked_prefill_size": None,
+    "max_running_requests": None,  # fields/schedule.py: derived from the KV pool (kv_pool.py)
 }
 
 DEFAULT_WEIGHT_READ_GBPS = 0.75
@@ -201,6 +202,8 @@ class StartupPlan:
     jit_s: float = 0.0
     capture_bs: list[int] = field(default_factory=list)
     capture_s: float = 0.0
+    # This rank's KV pool (pd_standins.engine.kv_pool), sized after the weights as SGLang does.
+    pool: Any = None
 
     @property
     def total_s(self) -> float:
@@ -274,10 +277,10 @@ async def start(args: argparse.Namespace, role: str, env: Mapping[str, str] | No
     weights, then the caches at the first JIT compile and the locked memory when NIXL registers
     the KV pool; graph capture last.
     """
-    from pd_standins.engine import host_contract, launch_checks
+    from pd_standins.engine import host_contract, kv_pool, launch_checks
 
     env = os.environ if env is None else env
-    launch_checks.check_architecture(args.model_path)
+    model_config = launch_checks.check_architecture(args.model_path)
     gpus = launch_checks.check_gpus(int(args.tp_size), int(args.base_gpu_id), int(args.gpu_id_step), env)
     shm = host_contract.check_shm()
     if shm:
@@ -285,7 +288,8 @@ async def start(args: argparse.Namespace, role: str, env: Mapping[str, str] | No
     warning = host_contract.raise_nofile()
     if warning:
         log.warning("%s", warning)
-    startup = plan(args, role, gpu_memory_mib(gpus, env), env)
+    gpu_mem_mib = gpu_memory_mib(gpus, env)
+    startup = plan(args, role, gpu_mem_mib, env)
     log.info(
         "simulated start-up: weight load, %.2f GB of checkpoint, this rank's share %.2f GB (TP %d): %.1f s",
         startup.weight_bytes / 1e9,
@@ -294,6 +298,18 @@ async def start(args: argparse.Namespace, role: str, env: Mapping[str, str] | No
         startup.load_s,
     )
     await asyncio.sleep(startup.load_s)
+    try:
+        startup.pool = kv_pool.size(args, role, model_config, gpu_mem_mib, startup.weight_bytes)
+    except ValueError as exc:  # no memory left for the KV cache: SGLang's ValueError
+        raise launch_checks.LaunchRefused(f"ValueError: {exc}") from exc
+    if startup.pool is not None:
+        log.info(
+            "simulated start-up: KV pool %d tokens (%.0f bytes each, %.2f GB), max_running_requests=%d",
+            startup.pool.max_total_num_tokens,
+            startup.pool.bytes_per_token,
+            startup.pool.available_bytes / 1e9,
+            startup.pool.max_running_requests,
+        )
     failures = host_contract.check_caches(env)
     memlock = host_contract.check_memlock(env, role, args.disaggregation_transfer_backend)
     if memlock:
