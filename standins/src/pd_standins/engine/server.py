@@ -12,7 +12,13 @@ Running requests: like SGLang's scheduler, at most --max-running-requests reques
 (a decode request from the moment its KV arrived, a prefill or plain request from the start); the
 others wait in the queue. sglang:num_running_reqs and sglang:num_queue_reqs report both, so a cap
 below the client's concurrency shows on /metrics as it does on a real decode worker whose KV pool
-is too small.
+is too small. When the engine sized its KV pool (pd_standins.engine.kv_pool), a request also needs
+its pages of the pool (the decode takes them before it bootstraps, as SGLang's prealloc queue
+does), so a small pool caps the running requests on its own.
+
+KV transfer: a PD worker also opens one port per TP rank (pd_standins.engine.transfer); the decode
+asks the prefill's rank ports for each room's KV and the prefill answers on the decode's, so both
+directions must be reachable, as with SGLang's ZMQ sockets.
 """
 
 from __future__ import annotations
