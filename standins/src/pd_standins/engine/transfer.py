@@ -16,8 +16,9 @@ sglang/srt/utils/network.py):
   (UCX's TCP transport also listens on an OS-chosen port: UCX_TCP_PORT_RANGE, default 0).
 
 The engine does the same with one TCP listener per TP rank (bound on local_ip, port from the OS)
-and two line messages per room, so a firewall between the hosts, or a local_ip on a NIC the other
-host cannot reach, fails the transfer as it fails SGLang's:
+and two line messages per room over connections kept per endpoint (SGLang caches its ZMQ PUSH
+socket per endpoint: CommonKVManager._socket_cache), so a firewall between the hosts, or a
+local_ip on a NIC the other host cannot reach, fails the transfer as it fails SGLang's:
 
     decode -> prefill rank port:  PULL <room> <decode_ip>:<decode_rank_port>
     prefill -> decode rank port:  KV <room>
@@ -85,6 +86,8 @@ class RankPorts:
         # prefill side: room -> result of pushing KV to the decode (True sent, False failed)
         self._pushed: dict[int, asyncio.Future[bool]] = {}
         self._seen: dict[int, float] = {}
+        self.links = Links()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
         for rank in range(self.tp_size):
@@ -96,6 +99,9 @@ class RankPorts:
     def close(self) -> None:
         for server in self.servers:
             server.close()
+        self.links.close()
+        for task in self._tasks:
+            task.cancel()
 
     @property
     def endpoints(self) -> list[str]:
@@ -122,23 +128,29 @@ class RankPorts:
         return self._pushed[room]
 
     async def _handle(self, rank: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One peer's connection: a line per message, as long as the peer keeps it."""
         try:
-            line = await asyncio.wait_for(reader.readline(), CONNECT_TIMEOUT_S)
-            words = line.decode("ascii", "replace").split()
-        except (OSError, asyncio.TimeoutError):
-            words = []
+            while line := await reader.readline():
+                words = line.decode("ascii", "replace").split()
+                if len(words) == 3 and words[0] == "PULL" and words[1].lstrip("-").isdigit():
+                    task = asyncio.ensure_future(self._push(int(words[1]), words[2]))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                elif len(words) == 2 and words[0] == "KV" and words[1].lstrip("-").isdigit():
+                    room = int(words[1])
+                    self._arrived.setdefault(room, set()).add(rank)
+                    self._event(room).set()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
         finally:
             writer.close()
-        if len(words) == 3 and words[0] == "PULL" and words[1].lstrip("-").isdigit():
-            room = int(words[1])
-            ok = await _send(words[2], f"KV {room}\n")  # prefill -> the decode rank's port
-            future = self._push_result(room)
-            if not future.done():
-                future.set_result(ok)
-        elif len(words) == 2 and words[0] == "KV" and words[1].lstrip("-").isdigit():
-            room = int(words[1])
-            self._arrived.setdefault(room, set()).add(rank)
-            self._event(room).set()
+
+    async def _push(self, room: int, decode_endpoint: str) -> None:
+        """prefill -> the decode rank's port: the room's KV is there."""
+        ok = await self.links.send(decode_endpoint, f"KV {room}\n")
+        future = self._push_result(room)
+        if not future.done():
+            future.set_result(ok)
 
     # ---- prefill side ---------------------------------------------------------------------------
     async def pushed(self, room: int, timeout_s: float) -> bool:
@@ -156,7 +168,7 @@ class RankPorts:
         event = self._event(room)
         for rank, port in enumerate(self.ports):
             target = prefill_endpoints[rank % len(prefill_endpoints)]
-            if not await _send(target, f"PULL {room} {self.host}:{port}\n"):
+            if not await self.links.send(target, f"PULL {room} {self.host}:{port}\n"):
                 raise TransferError(
                     f"KV transfer of bootstrap room {room}: cannot reach the prefill's rank port {target} "
                     "(a ZMQ port the OS chose from ip_local_port_range: open it between the hosts)"
@@ -175,17 +187,41 @@ class RankPorts:
         self._arrived.pop(room, None)
 
 
-async def _send(endpoint: str, line: str) -> bool:
+class Links:
+    """Outgoing connections kept per endpoint; a send opens one when there is none (or it broke)."""
+
+    def __init__(self) -> None:
+        self._writers: dict[str, asyncio.StreamWriter] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def send(self, endpoint: str, line: str) -> bool:
+        async with self._locks.setdefault(endpoint, asyncio.Lock()):
+            for _ in range(2):  # a kept connection the peer closed: open a new one once
+                writer = self._writers.get(endpoint)
+                if writer is None or writer.is_closing():
+                    writer = await _connect(endpoint)
+                    if writer is None:
+                        return False
+                    self._writers[endpoint] = writer
+                try:
+                    writer.write(line.encode())
+                    await writer.drain()
+                    return True
+                except OSError:
+                    self._writers.pop(endpoint, None)
+                    writer.close()
+            return False
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+
+
+async def _connect(endpoint: str) -> asyncio.StreamWriter | None:
     host, _, port = endpoint.rpartition(":")
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
     except (OSError, ValueError, asyncio.TimeoutError):
-        return False
-    try:
-        writer.write(line.encode())
-        await writer.drain()
-        return True
-    except OSError:
-        return False
-    finally:
-        writer.close()
+        return None
+    return writer
