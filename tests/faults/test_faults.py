@@ -152,6 +152,10 @@ LAB_RESTART_ROW = "SIGKILL pd:decode, restart at the lab's expected length (weig
 def test_a_decode_restart_of_the_labs_length_is_ridden_out_within_the_grace(
     deployment: Deployment, fault_report: dict[str, Any]
 ) -> None:
+    # A decode restarted by an earlier test is STARTING until serving_worker_startsecs (30 s) passed.
+    deadline = time.monotonic() + 60
+    while deployment.programs()["decode"]["statename"] != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
     env_file = deployment.root / "etc/pd-appliance/serving/decode.env"
     log_file = deployment.root / "var/log/pd-appliance/decode.log"
     original = env_file.read_text()
