@@ -16,6 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The rehearsal engine's start-up rates for a test that starts it by hand: no JIT or graph-capture
+# time (the rehearsal's declared rates are in inventory/rehearsal's overlay; the engine's defaults
+# are the lab's expected figures, pd_standins.engine.startup).
+FAST_ENGINE_START = {"PD_SIM_JIT_COMPILE_S": "0", "PD_SIM_GRAPH_CAPTURE_MS_PER_BS": "0"}
 
 
 def ansible_env() -> dict[str, str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pd_appliance.bench.runner import measure_sync, plan_from_lists
+from pd_testlib import FAST_ENGINE_START
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +50,7 @@ def router_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     prefill, decode, bootstrap, router, metrics = (free_port() for _ in range(5))
     env = dict(
         os.environ,
+        **FAST_ENGINE_START,
         PD_SIM_TTFT_MS=str(SIM_TTFT_MS),
         PD_SIM_TPOT_MS=str(SIM_TPOT_MS),
         PD_SIM_CANNED_COMPLETIONS_JSON=json.dumps({"The capital of France is": " Paris."}),

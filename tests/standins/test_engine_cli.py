@@ -73,8 +73,8 @@ def test_honoured_flags_are_read_and_the_rest_accepted_and_listed(monkeypatch: p
     assert (config.model_path, config.tp_size, config.role, config.port) == ("/m", 4, "prefill", 31000)
     assert config.bootstrap_port == 9000 and config.context_length == 32768 and config.enable_metrics
     assert config.ttft_s == pytest.approx(0.007) and config.tpot_s == pytest.approx(0.003)
-    assert ignored == ["--cuda-graph-bs-decode", "1", "2", "--no-enable-tf32-matmul", "--disable-cuda-graph",
-                       "--kv-cache-dtype", "fp8_e4m3"]  # fmt: skip
+    assert config.launch_args.cuda_graph_bs_decode == [1, 2] and config.launch_args.disable_cuda_graph
+    assert ignored == ["--no-enable-tf32-matmul", "--kv-cache-dtype", "fp8_e4m3"]
 
 
 def test_defaults_when_only_the_model_is_given() -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pd_standins.engine.bootstrap import PdTimeouts
 from pd_standins.engine.cli import config_from_args
+from pd_testlib import FAST_ENGINE_START
 
 WORKER = str(Path(sys.executable).parent / "pd-sim-worker")
 
@@ -39,9 +40,8 @@ def _worker(role: str, port: int, bootstrap: int, env: dict[str, str]) -> Iterat
     argv = [WORKER, "--model-path", "m", "--served-model-name", "dsv4-flash", "--port", str(port),
             "--enable-metrics", "--disaggregation-mode", role,
             "--disaggregation-bootstrap-port", str(bootstrap)]  # fmt: skip
-    proc = subprocess.Popen(
-        argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-    )
+    env = {**os.environ, **FAST_ENGINE_START, **env}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
         while True:

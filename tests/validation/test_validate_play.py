@@ -7,13 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from validation_play_helpers import validation_extra_vars
 
-from pd_testlib import run_playbook
+from pd_testlib import ROOT, run_playbook
 
 pytestmark = pytest.mark.slow
 
 PLAYBOOK = "playbooks/validate.yml"
+# The rehearsal's own common hooks (its engine's declared start-up rates), which an extra var replaces.
+OVERLAY = ROOT / "inventory/rehearsal/group_vars/all/zz-standins.yml"
+REHEARSAL_COMMON = yaml.safe_load(OVERLAY.read_text())["serving_env_common"]
 
 
 def host_state(inventory: Path) -> Path:
@@ -29,7 +33,9 @@ def test_pass_accepts_then_regression_errors_and_floor_fail_with_report(
     first = run_playbook(
         PLAYBOOK,
         rehearsal_inventory_copy,
-        *validation_extra_vars(tmp_path, fast.url, serving_env_common={"PD_SIM_TPOT_MS": "2"}),
+        *validation_extra_vars(
+            tmp_path, fast.url, serving_env_common={**REHEARSAL_COMMON, "PD_SIM_TPOT_MS": "2"}
+        ),
     )
     assert first.returncode == 0, first.stdout[-3000:]
     artifacts = tmp_path / "artifacts"

@@ -75,6 +75,8 @@ class BootstrapRooms:
 
     def __init__(self, wait_timeout_s: float) -> None:
         self.wait_timeout_s = wait_timeout_s
+        # The prefill ranks' transfer ports (pd_standins.engine.transfer), registered at start-up.
+        self.rank_endpoints: list[str] = []
         self._rooms: dict[int, _Room] = {}
         # Rooms a decode took, kept until the prefill that filled them has seen it (taken()).
         self._taken: dict[int, _Room] = {}
@@ -134,7 +136,8 @@ class BootstrapRooms:
                 elif len(words) == 2 and words[0] == "WAIT" and words[1].lstrip("-").isdigit():
                     room = int(words[1])
                     tokens = await self.wait(room)
-                    reply = f"TIMEOUT {room}" if tokens is None else f"READY {room} {tokens}"
+                    ranks = ",".join(self.rank_endpoints) or "-"
+                    reply = f"TIMEOUT {room}" if tokens is None else f"READY {room} {tokens} {ranks}"
                     writer.write(f"{reply}\n".encode())
                 else:
                     writer.write(b"ERROR expected WAIT <room> or PING\n")
@@ -189,8 +192,9 @@ async def _wait_ready(reader: asyncio.StreamReader) -> list[str]:
 
 async def rendezvous(
     host: str, port: int, room: int, timeout_s: float, timeouts: PdTimeouts | None = None
-) -> int:
-    """Wait at the prefill's bootstrap port until `room` is prefilled; return its prompt token count.
+) -> tuple[int, list[str]]:
+    """Wait at the prefill's bootstrap port until `room` is prefilled; return its prompt token count and
+    the prefill ranks' transfer endpoints.
 
     `timeout_s` is the decode's waiting timeout; while it runs, a heartbeat watches the prefill.
     """
@@ -225,6 +229,7 @@ async def rendezvous(
         raise RendezvousError(
             f"bootstrap room {room} at {host}:{port}: timed out after {timeout_s:g} s waiting for the prefill"
         )
-    if len(words) == 3 and words[0] == "READY":
-        return int(words[2])
+    if len(words) in (3, 4) and words[0] == "READY":
+        endpoints = [e for e in (words[3] if len(words) == 4 else "").split(",") if e and e != "-"]
+        return int(words[2]), endpoints
     raise RendezvousError(f"prefill at {host}:{port} answered {' '.join(words)!r} for bootstrap room {room}")

@@ -29,8 +29,10 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
-from pd_standins.engine import SIMULATOR_BANNER, model_checks, startup_log
+from pd_standins.engine import SIMULATOR_BANNER, model_checks, startup, startup_log
 from pd_standins.engine.bootstrap import PdTimeouts
+from pd_standins.engine.host_contract import HostContractError
+from pd_standins.engine.launch_checks import LaunchRefused
 from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions, CannedCompletionsError
 
@@ -54,6 +56,7 @@ HONOURED: dict[str, Any] = {
     "max_running_requests": 256,
     "enable_metrics": False,
 }
+HONOURED.update(startup.ENGINE_FLAGS)
 
 
 def human_readable_int(value: str) -> int:
@@ -198,6 +201,7 @@ def sim_parser() -> argparse.ArgumentParser:
                      default=int(_env_float("SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE", 2)),
                      help="missed pings in a row that fail the rooms of that prefill, at least 1 "
                           "(SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, default 2)")  # fmt: skip
+    startup.add_knobs(sim)
     sim.add_argument("--sim-canned-completions", default=os.environ.get("PD_SIM_CANNED_COMPLETIONS"),
                      help="JSON file: prompt prefix -> continuation (PD_SIM_CANNED_COMPLETIONS)")  # fmt: skip
     sim.add_argument("--sim-profile-dir", default=os.environ.get("SGLANG_TORCH_PROFILER_DIR"))
@@ -250,6 +254,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, list
         profile_dir=args.sim_profile_dir,
         canned=canned,
         sglang_python=args.sim_sglang_python,
+        launch_args=args,
     )
     return config, list(args.sim_ignored)
 
@@ -260,7 +265,27 @@ async def _main(config: SimConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    if not await _start_up(config, stop):
+        return
     await serve(config, stop=stop)
+
+
+async def _start_up(config: SimConfig, stop: asyncio.Event) -> bool:
+    """SGLang's start-up (pd_standins.engine.startup) before the port opens; False when stopped meanwhile.
+    Then /health answers 503 through the warm-up request (one TTFT + TPOT), as SGLang's does."""
+    task = asyncio.ensure_future(startup.start(config.launch_args, config.role))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        task.cancel()
+        return False
+    stopped.cancel()
+    pool = task.result().pool
+    if pool is not None:
+        config.max_running_requests = pool.max_running_requests
+        config.max_total_num_tokens = pool.max_total_num_tokens
+    config.startup_delay_s += config.ttft_s + config.tpot_s
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -280,6 +305,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     startup_log.emit(sys.argv[1:] if argv is None else argv, config, load_flag_table())
     try:
         asyncio.run(_main(config))
+    except (HostContractError, LaunchRefused) as exc:
+        # SGLang's kind of failure, its last lines as Python prints them: supervisor's log tail names it.
+        for line in str(exc).splitlines():
+            log.error("%s", line)
+        return 1
     except OSError as exc:
         log.error("cannot listen: %s", exc)
         return 1

@@ -12,7 +12,13 @@ Running requests: like SGLang's scheduler, at most --max-running-requests reques
 (a decode request from the moment its KV arrived, a prefill or plain request from the start); the
 others wait in the queue. sglang:num_running_reqs and sglang:num_queue_reqs report both, so a cap
 below the client's concurrency shows on /metrics as it does on a real decode worker whose KV pool
-is too small.
+is too small. When the engine sized its KV pool (pd_standins.engine.kv_pool), a request also needs
+its pages of the pool (the decode takes them before it bootstraps, as SGLang's prealloc queue
+does), so a small pool caps the running requests on its own.
+
+KV transfer: a PD worker also opens one port per TP rank (pd_standins.engine.transfer); the decode
+asks the prefill's rank ports for each room's KV and the prefill answers on the decode's, so both
+directions must be reachable, as with SGLang's ZMQ sockets.
 """
 
 from __future__ import annotations
@@ -40,9 +46,11 @@ from pd_standins.engine.bootstrap import (
     RendezvousError,
     rendezvous,
 )
+from pd_standins.engine.kv_pool import UNSIZED_MAX_RUNNING_REQUESTS, TokenPool, request_tokens
 from pd_standins.engine.metrics import EngineMetrics, RequestMetrics
 from pd_standins.engine.release import describe, header_value
 from pd_standins.engine.text import CannedCompletions, Completion, TokenCounter, complete
+from pd_standins.engine.transfer import RankPorts, TransferError, local_ip
 
 UNGUARDED_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
 ROLES = ("null", "prefill", "decode")
@@ -61,7 +69,9 @@ class SimConfig:
     tp_size: int = 1
     api_key: str | None = None
     context_length: int = 65536
-    max_running_requests: int = 256
+    max_running_requests: int | None = 256
+    # The KV pool's tokens (pd_standins.engine.kv_pool); None = not sized, no token admission.
+    max_total_num_tokens: int | None = None
     enable_metrics: bool = True
     ttft_s: float = 0.05
     tpot_s: float = 0.002
@@ -72,6 +82,8 @@ class SimConfig:
     canned: CannedCompletions = field(default_factory=CannedCompletions)
     # The interpreter the real engine would run from (its venv is the release's SGLang build).
     sglang_python: str | None = None
+    # The whole command line when started as a program (pd_standins.engine.startup reads it).
+    launch_args: Any = None
 
     @property
     def model_name(self) -> str:
@@ -146,7 +158,10 @@ class SimWorker:
         self.stats = _Stats()
         self.decode_waiting = 0
         self.queued = 0
+        if config.max_running_requests is None:
+            config.max_running_requests = UNSIZED_MAX_RUNNING_REQUESTS
         self.slots = asyncio.Semaphore(max(1, int(config.max_running_requests)))
+        self.kv = TokenPool(config.max_total_num_tokens) if config.max_total_num_tokens else None
         self.tokens = TokenCounter.for_model(config.model_path)
         self.sglang_metrics = EngineMetrics(
             config.role,
@@ -158,6 +173,8 @@ class SimWorker:
             queued=lambda: float(self.queued),
         )
         self.rooms.metrics = self.sglang_metrics
+        # The per-TP-rank transfer ports of a PD worker (opened by serve()).
+        self.transfer: RankPorts | None = None
         self.release = describe(config.sglang_python, config.model_path)
         self.stamp = f"{SIMULATOR_BANNER}; role={config.role}; {header_value(self.release)}"
 
@@ -196,6 +213,8 @@ class SimWorker:
         except RendezvousError as exc:
             response = _error(502, f"decode could not pair with prefill: {exc}")
         except TransferFailed as exc:
+            response = _error(500, str(exc))
+        except TransferError as exc:
             response = _error(500, str(exc))
         self._stamp(response)
         return response
@@ -239,6 +258,7 @@ class SimWorker:
             "disaggregation_bootstrap_port": c.bootstrap_port,
             "disaggregation_transfer_backend": "simulated",
             "max_running_requests": c.max_running_requests,
+            "max_total_num_tokens": c.max_total_num_tokens,
             "context_length": c.context_length,
             "enable_metrics": c.enable_metrics,
             "sim_ttft_ms": c.ttft_s * 1000,
@@ -332,6 +352,28 @@ class SimWorker:
         return body
 
     @contextlib.asynccontextmanager
+    async def _kv_tokens(self, prompt_tokens: int) -> AsyncIterator[None]:
+        """The request's pages of the KV pool (kv_pool.request_tokens), held until it finishes; a prompt
+        larger than the pool is refused as SGLang's _check_if_req_exceed_kv_capacity refuses it."""
+        if self.kv is None:
+            yield
+            return
+        if prompt_tokens > self.kv.total:
+            raise BadRequest(
+                f"Request exceeds the maximum number of tokens: {prompt_tokens} > {self.kv.total}"
+            )
+        tokens = min(request_tokens(self.config.role, prompt_tokens), self.kv.total)
+        self.queued += 1
+        try:
+            await self.kv.acquire(tokens)
+        finally:
+            self.queued -= 1
+        try:
+            yield
+        finally:
+            await self.kv.release(tokens)
+
+    @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
         """One of --max-running-requests slots, held while the request runs; waiting is queueing."""
         self.queued += 1
@@ -359,6 +401,9 @@ class SimWorker:
         ignore_eos = bool(body.get("ignore_eos") or (body.get("sampling_params") or {}).get("ignore_eos"))
         role = self.config.role
         rooms = _as_list(body.get("bootstrap_room"))
+        # The decode allocates the request's KV before it bootstraps (SGLang's prealloc queue), so a
+        # full pool holds the pair back; the others take their pages when they start.
+        await stack.enter_async_context(self._kv_tokens(prompt_tokens))
         if role != "decode":
             await stack.enter_async_context(self._running())
         if role == "prefill":
@@ -373,6 +418,13 @@ class SimWorker:
                     raise TransferFailed(
                         f"Prefill transfer failed: bootstrap room {room} was not taken by a decode within "
                         f"{self.config.pd.bootstrap_timeout_s:g} s (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)"
+                    )
+                left = self.config.pd.bootstrap_timeout_s - (time.monotonic() - arrived)
+                if self.transfer is not None and not await self.transfer.pushed(int(room), left):
+                    self.sglang_metrics.transfer_failure()
+                    raise TransferFailed(
+                        f"Prefill transfer failed: the KV of bootstrap room {room} could not be sent to the "
+                        "decode's rank port (a ZMQ port the OS chose: is it reachable from this host?)"
                     )
             max_tokens = min(max_tokens, 1)  # prefill emits one token; decode streams the rest
         elif role == "decode":
@@ -389,8 +441,14 @@ class SimWorker:
                     host = str(hosts[min(i, len(hosts) - 1)]) if hosts else "127.0.0.1"
                     port = ports[min(i, len(ports) - 1)] if ports else None
                     port = int(port) if port is not None else self.config.bootstrap_port
-                    await rendezvous(host, port, int(room), self.config.rendezvous_timeout_s, self.config.pd)
-            except RendezvousError:
+                    started = time.monotonic()
+                    _, endpoints = await rendezvous(
+                        host, port, int(room), self.config.rendezvous_timeout_s, self.config.pd
+                    )
+                    if self.transfer is not None:
+                        left = self.config.rendezvous_timeout_s - (time.monotonic() - started)
+                        await self.transfer.pull(endpoints, int(room), left)
+            except (RendezvousError, TransferError):
                 self.sglang_metrics.transfer_failure()
                 raise
             finally:
@@ -617,6 +675,10 @@ async def serve(
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
+    if config.role in ("prefill", "decode"):
+        worker.transfer = RankPorts(local_ip(), config.tp_size)
+        await worker.transfer.open()
+        worker.rooms.rank_endpoints = worker.transfer.endpoints
     bootstrap = None
     if config.role == "prefill":
         bootstrap = await asyncio.start_server(
@@ -629,4 +691,6 @@ async def serve(
     finally:
         if bootstrap is not None:
             bootstrap.close()
+        if worker.transfer is not None:
+            worker.transfer.close()
         await runner.cleanup()
