@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 from pd_appliance.serving import startup_log as parser
 from pd_standins.engine import cli
 from pd_standins.engine import startup_log as engine
-from pd_testlib import free_ports
+from pd_testlib import FAST_ENGINE_START, free_ports
 
 # The real checkpoint's shape for what SGLang decides on (srt/configs/model_config.py: quant_algo
 # MIXED_PRECISION + moe_quant_algo NVFP4 + group_size make it a hybrid FP8+NVFP4 checkpoint).
@@ -108,7 +109,10 @@ def test_the_engine_process_writes_the_lines_in_sglangs_logger_format(tmp_path: 
     log = tmp_path / "decode.log"
     with log.open("w") as handle:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pd_standins.engine.cli", *argv], stdout=handle, stderr=handle
+            [sys.executable, "-m", "pd_standins.engine.cli", *argv],
+            stdout=handle,
+            stderr=handle,
+            env={**os.environ, **FAST_ENGINE_START},
         )
     try:
         deadline = time.monotonic() + 60

@@ -32,6 +32,7 @@ from typing import Any
 from pd_standins.engine import SIMULATOR_BANNER, model_checks, startup, startup_log
 from pd_standins.engine.bootstrap import PdTimeouts
 from pd_standins.engine.host_contract import HostContractError
+from pd_standins.engine.kv_pool import UNSIZED_MAX_RUNNING_REQUESTS
 from pd_standins.engine.launch_checks import LaunchRefused
 from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions, CannedCompletionsError
@@ -259,18 +260,18 @@ def config_from_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, list
     return config, list(args.sim_ignored)
 
 
-async def _main(config: SimConfig) -> None:
+async def _main(config: SimConfig, argv: list[str]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    if not await _start_up(config, stop):
+    if not await _start_up(config, stop, argv):
         return
     await serve(config, stop=stop)
 
 
-async def _start_up(config: SimConfig, stop: asyncio.Event) -> bool:
+async def _start_up(config: SimConfig, stop: asyncio.Event, argv: list[str]) -> bool:
     """SGLang's start-up (pd_standins.engine.startup) before the port opens; False when stopped meanwhile.
     Then /health answers 503 through the warm-up request (one TTFT + TPOT), as SGLang's does."""
     task = asyncio.ensure_future(startup.start(config.launch_args, config.role))
@@ -284,6 +285,10 @@ async def _start_up(config: SimConfig, stop: asyncio.Event) -> bool:
     if pool is not None:
         config.max_running_requests = pool.max_running_requests
         config.max_total_num_tokens = pool.max_total_num_tokens
+    elif config.max_running_requests is None:
+        config.max_running_requests = UNSIZED_MAX_RUNNING_REQUESTS
+    # SGLang's own start-up lines, with the scheduler's figures now that the pool is sized.
+    startup_log.emit(argv, config, load_flag_table())
     config.startup_delay_s += config.ttft_s + config.tpot_s
     return True
 
@@ -302,9 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if ignored:
         log.info("accepted SGLang flags with no effect on a simulation: %s", " ".join(ignored))
-    startup_log.emit(sys.argv[1:] if argv is None else argv, config, load_flag_table())
     try:
-        asyncio.run(_main(config))
+        asyncio.run(_main(config, list(sys.argv[1:] if argv is None else argv)))
     except (HostContractError, LaunchRefused) as exc:
         # SGLang's kind of failure, its last lines as Python prints them: supervisor's log tail names it.
         for line in str(exc).splitlines():

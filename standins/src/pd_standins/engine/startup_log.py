@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from pd_standins.engine.startup import decode_capture_batch_sizes, default_decode_max_bs
+
 DATEFMT = "%Y-%m-%d %H:%M:%S"
 DSV4 = "DeepseekV4ForCausalLM"
 # NVML's memory.total of an RTX PRO 6000 Blackwell (MiB): the band srt/arg_groups/memory_hook.py
@@ -94,46 +96,14 @@ def nvfp4_moe_meta(hf_config: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def decode_batch_sizes(max_bs: int, speculative: bool, no_padding: bool) -> list[int]:
-    """srt/arg_groups/cuda_graph_hook.py `generate_decode_cuda_graph_batch_sizes`."""
-    if no_padding:
-        capture_bs = list(range(1, max_bs + 1))
-    elif not speculative:
-        capture_bs = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
-    else:
-        capture_bs = (
-            list(range(1, 9, 1))
-            + list(range(10, 33, 2))
-            + list(range(40, 65, 4))
-            + list(range(72, 257, 8))
-            + list(range(272, max_bs + 1, 16))
-        )
-    capture_bs = [bs for bs in capture_bs if bs <= max_bs]
-    if max_bs not in capture_bs:
-        capture_bs.append(max_bs)
-    return capture_bs
-
-
-def default_decode_max_bs(gpu_memory_mib: int, tp_size: int) -> int:
-    """srt/arg_groups/memory_hook.py `handle_gpu_memory_settings`: the decode max_bs by GPU memory."""
-    if gpu_memory_mib < 20 * 1024:
-        return 8
-    if gpu_memory_mib < 35 * 1024:
-        return 48 if tp_size < 4 else 160
-    if gpu_memory_mib < 60 * 1024:
-        return 32 if tp_size < 4 else 160
-    if gpu_memory_mib < 160 * 1024:
-        return 256 if tp_size < 4 else 512
-    return 512
-
-
-def captured_decode_bs(flags: Mapping[str, Any], tp_size: int, max_running_requests: int) -> list[int]:
+def captured_decode_bs(flags: Mapping[str, Any], tp_size: int, max_running_requests: int | None) -> list[int]:
     """The decode batch sizes SGLang captures: the configured list (handle_gpu_memory_settings +
     generate_decode_cuda_graph_batch_sizes; --cuda-graph-bs-decode wins; a default max_bs is capped
     at an explicit --max-running-requests), then srt/model_executor/runner/base_cuda_graph_runner.py
     `get_batch_sizes_to_capture` against the request pool (req_to_token_pool.size): the pool size is
     added when it is below the largest, and larger sizes are dropped. Alignment is 1 without DP
-    attention or two-batch overlap."""
+    attention or two-batch overlap. With no --max-running-requests the pool is sized later, far above
+    any captured size (pd_appliance.model), so nothing is capped here."""
     if flags.get("cuda_graph_bs_decode"):
         configured = [int(bs) for bs in flags["cuda_graph_bs_decode"]]
     else:
@@ -142,12 +112,14 @@ def captured_decode_bs(flags: Mapping[str, Any], tp_size: int, max_running_reque
             max_bs = default_decode_max_bs(LAB_GPU_MEMORY_MIB, tp_size)
             if flags.get("max_running_requests") is not None:
                 max_bs = min(max_bs, int(flags["max_running_requests"]))
-        configured = decode_batch_sizes(
+        configured = decode_capture_batch_sizes(
             int(max_bs),
             bool(flags.get("speculative_algorithm")),
             bool(flags.get("disable_cuda_graph_padding")),
         )
     capture_bs = list(configured)
+    if max_running_requests is None:
+        return sorted(set(capture_bs))
     if max(capture_bs) > max_running_requests:
         capture_bs.append(max_running_requests)
     return sorted({bs for bs in capture_bs if bs <= max_running_requests})
@@ -279,14 +251,15 @@ def emit(
             level=logging.WARNING,
         )
     graphs_on = not flags.get("disable_cuda_graph") and role != "prefill"
-    decode_bs = captured_decode_bs(flags, tp, int(config.max_running_requests)) if graphs_on else []
+    decode_bs = captured_decode_bs(flags, tp, config.max_running_requests) if graphs_on else []
     resolved = {
         "attention_backend": attention,
         "moe_runner_backend": moe,
         "kv_cache_dtype": kv_dtype,
         "page_size": page_size,
         "quantization": flags.get("quantization"),
-        "max_running_requests": config.max_running_requests,
+        # The launcher logs the flag as given; the scheduler line below has the derived figure.
+        "max_running_requests": flags.get("max_running_requests"),
         "speculative_algorithm": speculative["algorithm"] if speculative else None,
         "speculative_num_steps": speculative["num_steps"] if speculative else None,
         "speculative_eagle_topk": speculative["eagle_topk"] if speculative else None,
@@ -362,7 +335,7 @@ def emit(
                 )
         if number == 0:  # srt/managers/scheduler.py (tp_rank 0)
             out.sglang(
-                f"max_total_num_tokens={getattr(config, 'max_total_num_tokens', config.context_length)}, "
+                f"max_total_num_tokens={getattr(config, 'max_total_num_tokens', None) or config.context_length}, "
                 f"chunked_prefill_size={flags.get('chunked_prefill_size') or 8192}, "
                 "max_prefill_tokens=16384, "
                 f"max_running_requests={config.max_running_requests}, context_len={config.context_length}, "
