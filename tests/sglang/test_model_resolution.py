@@ -19,6 +19,7 @@ groups), so the declaration cannot go stale. The record goes to artifacts/model-
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -54,6 +55,7 @@ LAB_GPU = {
 }  # fmt: skip
 RECORD_DIR = ROOT / "artifacts" / "model-resolution"
 MTP_GROUPS = ("MTP", "MTP MoE runner")
+CONTROL = "control/decode-moe-runner-auto"
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +108,12 @@ def resolved(real: RealSGLang, lab: Path, two_hosts: Path, variant_hosts: Path, 
         words = shlex.split(re.search(r"^command=(.*)$", conf.read_text(), re.M).group(1))  # type: ignore[union-attr]
         env = _sglang_env(conf, command.program, words)
         groups.setdefault(json.dumps(env, sort_keys=True), []).append(label)
+    # A control that must fail: the lab's decode with --moe-runner-backend auto, which SGLang's
+    # DeepSeek-V4 override turns into flashinfer_trtllm_routed for this checkpoint (SM100-only).
+    control = list(commands["root/decode"].argv)
+    control[control.index("--moe-runner-backend") + 1] = "auto"
+    commands[CONTROL] = dataclasses.replace(commands["root/decode"], argv=control)
+    next(labels for labels in groups.values() if "root/decode" in labels).append(CONTROL)
     answers: dict = {}
     platform: dict = {}
     for env_json, labels in sorted(groups.items()):
@@ -147,6 +155,8 @@ def test_every_command_line_resolves_to_sm120_paths(resolved: dict) -> None:
     expected = {v["name"]: v.get("expect_unsupported_on_sm120") for v in lab_variants()}
     problems = []
     for label, answer in sorted(resolved["answers"].items()):
+        if label == CONTROL:
+            continue
         found = resolution.findings(answer)
         variant = label.split("/", 1)[0]
         reason = expected.get(variant)
@@ -160,6 +170,15 @@ def test_every_command_line_resolves_to_sm120_paths(resolved: dict) -> None:
             continue
         problems += [f"{label} (env {answer['env']}): {f}" for f in found]
     assert not problems, "SGLang 0.5.23 picks a path sm_120 lacks:\n" + "\n".join(problems)
+
+
+def test_the_check_fails_a_choice_sglang_marks_sm100_only(resolved: dict) -> None:
+    """The control: --moe-runner-backend auto on this checkpoint is flagged, naming the flag."""
+    found = [str(f) for f in resolution.findings(resolved["answers"][CONTROL])]
+    assert any(
+        f.startswith("MoE runner: flashinfer_trtllm_routed (SM100-only") and resolution.FLAG_MOE in f
+        for f in found
+    ), found
 
 
 def test_the_mtp_candidates_draft_moe_takes_the_sm100_path_that_keeps_mtp_off(resolved: dict) -> None:
