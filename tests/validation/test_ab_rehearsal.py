@@ -5,7 +5,7 @@ configuration and three candidates whose speeds differ (the rehearsal engine's p
 per variant by its PD_SIM_TPOT_MS env hook):
 
 - decode-fast: decode at 5 ms/token (an env hook: only pd:decode restarts);
-- mtp-off-slow: speculative decoding off (a launch flag: prefill and decode restart) at 14 ms;
+- mtp-on-slow: speculative decoding on (off as shipped; a launch flag: prefill and decode restart) at 14 ms;
 - decode-capped: the fastest per token (2 ms) but --max-running-requests 6 (serving_max_running_requests),
   so the decode worker never runs 16 requests at once: its C=16 figure is not a C=16 figure, and
   the decode-concurrency check (sglang:num_running_reqs on decode's /metrics) rules it out.
@@ -40,8 +40,8 @@ BIN = Path(sys.executable).parent
 CANDIDATES = [
     {"name": "decode-fast", "description": "decode at 5 ms/token",
      "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "5"}}},
-    {"name": "mtp-off-slow", "description": "speculative decoding off, decode at 14 ms/token",
-     "vars": {"serving_speculative_algorithm": ""}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "14"}}},
+    {"name": "mtp-on-slow", "description": "speculative decoding on, decode at 14 ms/token",
+     "vars": {"serving_speculative_algorithm": "EAGLE"}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "14"}}},
     {"name": "decode-capped", "description": "2 ms/token, at most 6 running requests",
      "vars": {"serving_max_running_requests": 6}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "2"}}},
 ]  # fmt: skip
@@ -110,7 +110,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
             v["variant"]: next(p for p in v["phases"] if p["concurrency"] == 16) for v in report["variants"]
         }
         tok_s = {name: phase["output_tok_s"] for name, phase in c16.items()}
-        assert tok_s["decode-fast"] > tok_s["deployed"] > tok_s["mtp-off-slow"]
+        assert tok_s["decode-fast"] > tok_s["deployed"] > tok_s["mtp-on-slow"]
         peaks = {name: phase["decode_running"]["peak"] for name, phase in c16.items()}
         assert peaks["decode-capped"] == 6 and peaks["decode-fast"] == 16
         ranking = {r["variant"]: r for r in report["selection"]["ranking"]}
@@ -132,7 +132,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert after["pd:router"] == before["pd:router"]  # no candidate touched the router
         decode_conf = (conf_d / "decode.conf").read_text()
         assert 'PD_SIM_TPOT_MS="5"' in decode_conf and "--max-running-requests" not in decode_conf
-        assert "--speculative-algorithm" in decode_conf
+        assert "--speculative-algorithm" not in decode_conf  # MTP off as shipped; decode-fast keeps it off
 
         # A later plain serve run applies the adopted variant: the same programs, nothing restarts.
         again = run_playbook("playbooks/serve.yml", rehearsal_inventory_copy, "-e", json.dumps(common))
