@@ -337,8 +337,10 @@ def test_every_lab_variant_renders_command_lines_sglangs_parser_accepts(
     deployed = _workers(lab)["root/decode"].argv
     # Each candidate's overrides reach the command line or the environment, and nothing else changes.
     decode = {name: commands[f"{name}/decode"].argv for name in variants}
-    assert "--speculative-algorithm" in deployed and "--speculative-algorithm" not in decode["mtp-off"]
-    assert decode["mtp-1-step"][decode["mtp-1-step"].index("--speculative-num-steps") + 1] == "1"
+    # MTP is off as shipped (roles/serving/defaults/main.yml); the mtp-N candidates turn it on.
+    assert "--speculative-algorithm" not in deployed and "--speculative-algorithm" in decode["mtp-1"]
+    assert decode["mtp-1"][decode["mtp-1"].index("--speculative-num-steps") + 1] == "1"
+    assert decode["mtp-3"][decode["mtp-3"].index("--speculative-num-draft-tokens") + 1] == "4"
     graphs = decode["decode-cuda-graph-bs-16"]
     assert graphs[graphs.index("--cuda-graph-max-bs-decode") + 1] == "16"
     env = {name: (variant_hosts / name / CONF_D / "decode.conf").read_text() for name in variants}

@@ -10,7 +10,7 @@ per variant by its PD_SIM_TPOT_MS env hook):
   checks the algorithm before NEXTN is aliased to EAGLE; pd_standins.engine.model_checks), so both
   workers crash-loop. The tuner rules it out with their log tails, puts decode-fast (what served
   before it) back, re-verifies it and goes on; the release record is not marked failed;
-- mtp-off-slow: speculative decoding off (a launch flag: prefill and decode restart) at 14 ms;
+- mtp-on-slow: speculative decoding on (off as shipped; a launch flag: prefill and decode restart) at 14 ms;
 - decode-capped: the fastest per token (2 ms) but --max-running-requests 6 (serving_max_running_requests),
   so the decode worker never runs 16 requests at once: its C=16 figure is not a C=16 figure, and
   the decode-concurrency check (sglang:num_running_reqs on decode's /metrics) rules it out.
@@ -51,8 +51,8 @@ CANDIDATES = [
     {"name": "mtp-nextn", "description": "MTP spelt NEXTN: DeepSeek-V4 refuses it at start",
      "vars": {"serving_prefill_extra_args": ["--speculative-algorithm", "NEXTN"],
               "serving_decode_extra_args": ["--speculative-algorithm", "NEXTN"]}},
-    {"name": "mtp-off-slow", "description": "speculative decoding off, decode at 14 ms/token",
-     "vars": {"serving_speculative_algorithm": ""}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "14"}}},
+    {"name": "mtp-on-slow", "description": "speculative decoding on, decode at 14 ms/token",
+     "vars": {"serving_speculative_algorithm": "EAGLE"}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "14"}}},
     {"name": "decode-capped", "description": "2 ms/token, at most 6 running requests",
      "vars": {"serving_max_running_requests": 6}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "2"}}},
 ]  # fmt: skip
@@ -123,7 +123,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
             if v["phases"]
         }
         tok_s = {name: phase["output_tok_s"] for name, phase in c16.items()}
-        assert tok_s["decode-fast"] > tok_s["deployed"] > tok_s["mtp-off-slow"]
+        assert tok_s["decode-fast"] > tok_s["deployed"] > tok_s["mtp-on-slow"]
         peaks = {name: phase["decode_running"]["peak"] for name, phase in c16.items()}
         assert peaks["decode-capped"] == 6 and peaks["decode-fast"] == 16
         ranking = {r["variant"]: r for r in report["selection"]["ranking"]}
@@ -131,7 +131,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert ranking["decode-capped"]["eligible"] is False
         assert any("decode ran at most 6 requests at once" in r for r in ranking["decode-capped"]["reasons"])
         probes = {v["variant"]: v["probe"]["passed"] for v in report["variants"]}
-        assert ranking["deployed"]["eligible"] and probes["mtp-off-slow"] and probes["decode-fast"]
+        assert ranking["deployed"]["eligible"] and probes["mtp-on-slow"] and probes["decode-fast"]
         # The candidate that never came up: ruled out with its programs' log tails (SGLang's own
         # AssertionError), what served before it put back and re-verified, the next one measured.
         nextn = next(v for v in report["variants"] if v["variant"] == "mtp-nextn")
@@ -151,7 +151,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert "pd:prefill" in blamed and "pd:router" not in blamed
         assert refusal in blamed["pd:prefill"]["log_tail"]
         assert ranking["mtp-nextn"]["eligible"] is False
-        assert c16["mtp-off-slow"]["requests"] == 32
+        assert c16["mtp-on-slow"]["requests"] == 32
         put_back = " ".join(validated.stdout.split())
         assert "Candidate mtp-nextn ruled out, it did not come up" in put_back
         assert "Put back decode-fast: re-verified" in put_back
@@ -173,7 +173,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         decode_conf = (conf_d / "decode.conf").read_text()
         assert 'PD_SIM_TPOT_MS="5"' in decode_conf and "--max-running-requests" not in decode_conf
         assert "NEXTN" not in decode_conf and "NEXTN" not in (conf_d / "prefill.conf").read_text()
-        assert "--speculative-algorithm" in decode_conf
+        assert "--speculative-algorithm" not in decode_conf  # MTP off as shipped; decode-fast keeps it off
 
         # A later plain serve run applies the adopted variant: the same programs, nothing restarts.
         again = run_playbook("playbooks/serve.yml", rehearsal_inventory_copy, "-e", json.dumps(common))

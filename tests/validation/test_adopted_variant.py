@@ -27,8 +27,11 @@ pytestmark = pytest.mark.slow
 
 CONF_D = "etc/pd-appliance/supervisor/conf.d"
 RECORD = "var/lib/pd-appliance/tuning/adopted-variant.json"
-MTP_OFF = {"name": "mtp-off", "description": "MTP off", "vars": {"serving_speculative_algorithm": ""},
-           "env_hooks": {"decode": {"SGLANG_OPT_SM120_DIRECT_SWA_KV": "1"}}}  # fmt: skip
+# MTP is off as shipped (roles/serving/defaults/main.yml): a variant turning it on changes the flags.
+MTP_ON = {"name": "mtp-1", "description": "MTP on, 1 step",
+          "vars": {"serving_speculative_algorithm": "EAGLE", "serving_speculative_num_steps": 1,
+                   "serving_speculative_num_draft_tokens": 2},
+          "env_hooks": {"decode": {"SGLANG_OPT_SM120_DIRECT_SWA_KV": "1"}}}  # fmt: skip
 
 
 def test_serve_applies_the_recorded_variant_unless_told_not_to(tmp_path: Path) -> None:
@@ -36,8 +39,8 @@ def test_serve_applies_the_recorded_variant_unless_told_not_to(tmp_path: Path) -
     shutil.copytree(ROOT / "inventory/lab/group_vars", inventory / "group_vars")
     hosts = {}
     for name, text, extra in (
-        ("adopted", json.dumps(record(MTP_OFF, objective="test")), {}),
-        ("ignored", json.dumps(record(MTP_OFF)), {"serving_apply_adopted_variant": False}),
+        ("adopted", json.dumps(record(MTP_ON, objective="test")), {}),
+        ("ignored", json.dumps(record(MTP_ON)), {"serving_apply_adopted_variant": False}),
         ("damaged", "{not json", {}),
     ):
         root = tmp_path / name
@@ -73,10 +76,10 @@ def test_serve_applies_the_recorded_variant_unless_told_not_to(tmp_path: Path) -
         f"{tmp_path / 'damaged' / RECORD} is not JSON" in out
         and "remove it to serve the inventory as is" in out
     )
-    assert "adopted serves the adopted variant 'mtp-off' (MTP off)" in out
+    assert "adopted serves the adopted variant 'mtp-1' (MTP on, 1 step)" in out
     adopted = (tmp_path / "adopted" / CONF_D / "decode.conf").read_text()
     ignored = (tmp_path / "ignored" / CONF_D / "decode.conf").read_text()
-    assert "--speculative-algorithm" not in adopted and 'SGLANG_OPT_SM120_DIRECT_SWA_KV="1"' in adopted
-    assert "--speculative-algorithm" not in (tmp_path / "adopted" / CONF_D / "prefill.conf").read_text()
-    assert "--speculative-algorithm" in ignored and "SGLANG_OPT_SM120_DIRECT_SWA_KV" not in ignored
+    assert "--speculative-algorithm" in adopted and 'SGLANG_OPT_SM120_DIRECT_SWA_KV="1"' in adopted
+    assert "--speculative-algorithm" in (tmp_path / "adopted" / CONF_D / "prefill.conf").read_text()
+    assert "--speculative-algorithm" not in ignored and "SGLANG_OPT_SM120_DIRECT_SWA_KV" not in ignored
     assert not (tmp_path / "damaged" / CONF_D).exists()

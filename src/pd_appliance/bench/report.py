@@ -388,6 +388,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     versions = meta.get("versions") or {}
     if versions:
         lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+    if meta.get("speculative_decoding"):
+        lines.append(f"- speculative decoding (MTP): {meta['speculative_decoding']}")
     for host, rel in sorted((meta.get("release") or {}).items()):
         lines.append(f"- release on {host}: `{rel.get('id')}` ({rel.get('status')}): {rel.get('label')}")
     env_hooks = meta.get("env_hooks") or {}

@@ -62,6 +62,15 @@ class RealSGLang:
         answers = self._ask("parse", {"argvs": [list(a) for a in argvs], "fields": list(fields)})
         return [Verdict(argv=list(a), **answer) for a, answer in zip(argvs, answers, strict=True)]
 
+    def resolve(
+        self, argvs: Sequence[Sequence[str]], gpu: dict[str, Any], env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """SGLang's model-config and quant-method resolution for each argv (one process, one
+        environment: SGLang reads some SGLANG_* variables once at import), on the GPU `gpu`
+        ({capability, memory_mib, count, name, cuda}); see introspect.resolve_one."""
+        request = {"argvs": [list(a) for a in argvs], "gpu": gpu, "env": dict(env or {})}
+        return self._ask("resolve", request)
+
     def flag_table(self) -> dict[str, Any]:
         return self._ask("flags")
 

@@ -178,22 +178,7 @@ def rehearsal_checkpoint_files(
     files["model.safetensors.index.json"] = _json_bytes(
         {"metadata": {"total_size": data_bytes}, "weight_map": weight_map}
     )
-    files["config.json"] = _json_bytes(
-        {
-            "architectures": ["DeepseekV4ForCausalLM"],
-            "model_type": "deepseek_v4",
-            "hidden_size": hidden,
-            "num_hidden_layers": layers,
-            "n_routed_experts": experts,
-            "vocab_size": vocab_size,
-            "bos_token_id": vocab_size - 2,
-            "eos_token_id": vocab_size - 1,
-            "torch_dtype": "bfloat16",
-            "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
-            "pd_appliance_rehearsal": "tiny generated stand-in for nvidia/DeepSeek-V4-Flash-NVFP4, not a"
-            " model",
-        }
-    )
+    files["config.json"] = _json_bytes(rehearsal_config(vocab_size))
     files["tokenizer.json"] = tokenizer_json
     files["tokenizer_config.json"] = _json_bytes(
         {
@@ -215,6 +200,33 @@ def rehearsal_checkpoint_files(
         files["config.json"] = _json_bytes(config)
         files["README.md"] += f"\nRevision {revision}: the same shards, another config.json.\n".encode()
     return files
+
+
+# The real checkpoint's config.json as far as SGLang decides on it (architecture, DeepSeek-V4 dims,
+# the hybrid FP8 + NVFP4 quantization_config, the MTP layer), each field with its source and whether
+# it is reconstructed: the Hub cannot be reached from here. tests/sglang/test_model_resolution.py
+# runs SGLang 0.5.23's own model-config and quant-method resolution on it.
+REAL_CONFIG_FILE = Path(__file__).with_name("data") / "deepseek_v4_flash_nvfp4.json"
+
+
+def real_checkpoint_config() -> dict[str, object]:
+    """nvidia/DeepSeek-V4-Flash-NVFP4's config.json (see REAL_CONFIG_FILE's provenance)."""
+    return dict(json.loads(REAL_CONFIG_FILE.read_text())["config"])
+
+
+def rehearsal_config(vocab_size: int) -> dict[str, object]:
+    """The rehearsal checkpoint's config.json: the real one, but with the stand-in tokenizer's
+    vocabulary (its embedding has one row per token) and its special tokens."""
+    config = real_checkpoint_config()
+    config.update(
+        vocab_size=vocab_size,
+        bos_token_id=vocab_size - 2,
+        eos_token_id=vocab_size - 1,
+        pd_appliance_rehearsal="tiny generated stand-in for nvidia/DeepSeek-V4-Flash-NVFP4, not a model:"
+        " its config is the real one's shape, its tensors are small and random (names and dtypes as in"
+        " the NVFP4 release: routed experts packed FP4 in U8)",
+    )
+    return config
 
 
 def generate(out_dir: Path, revision: int = 1) -> bool:
