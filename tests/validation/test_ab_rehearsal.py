@@ -1,8 +1,8 @@
 """The tuner in rehearsal: real supervisord, smg and rehearsal engine, driven by the real roles.
 
 serve.yml deploys the lab layout; validate.yml with validation_tune measures the deployed
-configuration and four candidates, three of them with different speeds (the rehearsal engine's per-token time set
-per variant by its PD_SIM_TPOT_MS env hook):
+configuration and four candidates, three of them with different speeds (the rehearsal engine's
+per-token time set per variant by its PD_SIM_TPOT_MS env hook):
 
 - decode-fast: decode at 5 ms/token (an env hook: only pd:decode restarts);
 - mtp-nextn: MTP spelt NEXTN (launch flags through serving_*_extra_args), as many DeepSeek guides

@@ -334,8 +334,9 @@ def emit(
                     rank,
                 )
         if number == 0:  # srt/managers/scheduler.py (tp_rank 0)
+            total_tokens = getattr(config, "max_total_num_tokens", None) or config.context_length
             out.sglang(
-                f"max_total_num_tokens={getattr(config, 'max_total_num_tokens', None) or config.context_length}, "
+                f"max_total_num_tokens={total_tokens}, "
                 f"chunked_prefill_size={flags.get('chunked_prefill_size') or 8192}, "
                 "max_prefill_tokens=16384, "
                 f"max_running_requests={config.max_running_requests}, context_len={config.context_length}, "
