@@ -293,6 +293,8 @@ def test_two_host_variant_routes_over_both_decode_instances(two_hosts: Path) -> 
         argv = decode["argv"]
         assert decode["env"]["CUDA_VISIBLE_DEVICES"] == gpus
         assert decode["env"]["UCX_NET_DEVICES"] == "mlx5_0:1"
+        # The PD transfer's ZMQ sockets bind the address the decode serves on, not the default route's.
+        assert decode["env"]["SGLANG_HOST_IP"] == "192.0.2.12"
         assert decode["env"]["UCX_TLS"].startswith("rc,")
         assert argv[argv.index("--port") + 1] == port and argv[argv.index("--tp-size") + 1] == "4"
         assert argv[argv.index("--host") + 1] == "0.0.0.0"
