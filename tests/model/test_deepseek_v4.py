@@ -88,3 +88,24 @@ def test_load_shape_reads_the_checkpoint_dir(tmp_path) -> None:
         m.load_shape(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     assert m.load_shape(tmp_path) == SHAPE
+
+
+def test_missing_fields_take_sglangs_config_defaults() -> None:
+    """DeepSeekV4Config's dataclass defaults fill what config.json leaves out (the real checkpoint
+    names its window sliding_window); the layer count has no default."""
+    sparse = {
+        k: v for k, v in CONFIG.items() if k not in ("window_size", "qk_nope_head_dim", "index_head_dim")
+    }
+    assert m.DeepSeekV4Shape.from_config(sparse) == SHAPE
+    with pytest.raises(m.ModelConfigError, match="num_hidden_layers must be a positive integer, got None"):
+        m.DeepSeekV4Shape.from_config({k: v for k, v in CONFIG.items() if k != "num_hidden_layers"})
+
+
+def test_the_rehearsal_checkpoint_has_the_shape_the_model_sizes() -> None:
+    """The Hub stand-in serves the real checkpoint's config.json shape: the pool and the fabric
+    figure are computed from it, not skipped."""
+    from pd_standins.hub import real_checkpoint_config
+
+    shape = m.DeepSeekV4Shape.from_config(real_checkpoint_config())
+    assert shape.num_hidden_layers == 43 and shape.layers_with_ratio(4) + shape.layers_with_ratio(128) == 41
+    assert 5000 < m.bytes_per_full_token(shape) < 10000

@@ -84,18 +84,21 @@ class DeepSeekV4Shape:
         return sum(1 for r in self.compress_ratios if r == ratio)
 
 
-_INT_FIELDS = (
-    "num_hidden_layers",
-    "qk_nope_head_dim",
-    "qk_rope_head_dim",
-    "index_head_dim",
-    "window_size",
-    "max_position_embeddings",
-)
+# Fields SGLang reads with a default when config.json lacks them (sglang 0.5.23
+# srt/configs/deepseek_v4.py DeepSeekV4Config: the checkpoint's config.json names the window
+# `sliding_window`, and SGLang keeps its own window_size default). None: required.
+_INT_FIELDS: dict[str, int | None] = {
+    "num_hidden_layers": None,
+    "qk_nope_head_dim": 448,
+    "qk_rope_head_dim": 64,
+    "index_head_dim": 128,
+    "window_size": 128,
+    "max_position_embeddings": 65536,
+}
 
 
 def _int(config: Mapping[str, Any], name: str) -> int:
-    value = config.get(name)
+    value = config.get(name, _INT_FIELDS[name])
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ModelConfigError(f"config.json {name} must be a positive integer, got {value!r}")
     return value
