@@ -80,3 +80,19 @@ def reap(pids: Iterable[int | None], timeout_s: float = 60.0) -> None:
     for pid in candidates:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+# DeepSeek-V4's dims for the model arithmetic tests (SGLang 0.5.23 DeepSeekV4Config defaults and the
+# rehearsal checkpoint's layer order): 2 sliding-window layers, then ratio 4 and 128 alternating
+# (21 + 20). Hand-computed figures in tests/model, tests/fabric and tests/standins use it.
+DSV4_TEST_CONFIG = {
+    "architectures": ["DeepseekV4ForCausalLM"],
+    "num_hidden_layers": 43,
+    "qk_nope_head_dim": 448,
+    "qk_rope_head_dim": 64,
+    "index_head_dim": 128,
+    "window_size": 128,
+    "max_position_embeddings": 65536,
+    "compress_ratios": [0, 0] + [4, 128] * 20 + [4],
+    "num_nextn_predict_layers": 1,
+}

@@ -9,24 +9,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from pd_testlib import DSV4_TEST_CONFIG
+
 FIXTURES = Path(__file__).parent / "fixtures"
 RTX = FIXTURES / "rtxpro6000-8gpu"
 H200 = FIXTURES / "h200-2026-12-03"
 CASES = sorted(p.stem for p in (RTX / "broken").glob("*.json"))
 ACS_REDIRECT = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
-# DeepSeek-V4's dims (SGLang 0.5.23 DeepSeekV4Config defaults; the layer order as tests/model/
-# test_deepseek_v4.py has it): 2 sliding-window layers, then ratio 4 and 128 alternating (21 + 20).
-CONFIG = {
-    "architectures": ["DeepseekV4ForCausalLM"],
-    "num_hidden_layers": 43,
-    "qk_nope_head_dim": 448,
-    "qk_rope_head_dim": 64,
-    "index_head_dim": 128,
-    "window_size": 128,
-    "max_position_embeddings": 65536,
-    "compress_ratios": [0, 0] + [4, 128] * 20 + [4],
-    "num_nextn_predict_layers": 1,
-}
+CONFIG = DSV4_TEST_CONFIG
 # The lab's target line and request shape (inventory/lab/group_vars/all/validation.yml).
 LAB_TARGETS = {1: 210, 16: 1000}
 LAB_INPUT, LAB_OUTPUT = 1024, 128

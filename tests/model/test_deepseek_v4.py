@@ -7,19 +7,10 @@ import json
 import pytest
 
 from pd_appliance.model import deepseek_v4 as m
+from pd_testlib import DSV4_TEST_CONFIG
 
 # A config with DeepSeek-V4's dims: 2 SWA-only layers, then ratio 4 and 128 alternating (21 + 20).
-CONFIG = {
-    "architectures": ["DeepseekV4ForCausalLM"],
-    "num_hidden_layers": 43,
-    "qk_nope_head_dim": 448,
-    "qk_rope_head_dim": 64,
-    "index_head_dim": 128,
-    "window_size": 128,
-    "max_position_embeddings": 65536,
-    "compress_ratios": [0, 0] + [4, 128] * 20 + [4],
-    "num_nextn_predict_layers": 1,
-}
+CONFIG = DSV4_TEST_CONFIG
 SHAPE = m.DeepSeekV4Shape.from_config(CONFIG)
 
 

@@ -30,3 +30,18 @@ def find_sglang_wheel() -> Path | None:
         if d and (Path(d) / WHEEL_NAME).is_file():
             return Path(d) / WHEEL_NAME
     return None
+
+
+def apply_to_site(site: Path, series: Path = SERIES_DIR, **kw: object) -> object:
+    """Apply a patch series to an installed sglang tree, with the marker and pristine copies beside it."""
+    from pd_appliance.patches import apply_series
+
+    return apply_series(
+        site_packages=site,
+        series_dir=series,
+        marker=site.parent / "marker.json",
+        pristine_dir=site.parent / "pristine",
+        package="sglang",
+        version=SGLANG_VERSION,
+        **kw,
+    )

@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from sglang_testlib import SERIES_DIR, SGLANG_VERSION
+from sglang_testlib import SERIES_DIR, SGLANG_VERSION, apply_to_site
 
 from pd_appliance.patches import PatchError, apply_series, load_series
 from pd_appliance.patches.series import read_record, record_hash
@@ -19,15 +19,7 @@ SM120_ENV = "sglang/srt/arg_groups/sm120_env.py"
 
 
 def _apply(site: Path, series: Path, **kw):
-    return apply_series(
-        site_packages=site,
-        series_dir=series,
-        marker=site.parent / "marker.json",
-        pristine_dir=site.parent / "pristine",
-        package="sglang",
-        version=SGLANG_VERSION,
-        **kw,
-    )
+    return apply_to_site(site, series, **kw)
 
 
 def _record(site: Path) -> dict[str, str]:

@@ -11,9 +11,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from sglang_testlib import SERIES_DIR, SGLANG_VERSION
-
-from pd_appliance.patches import apply_series
+from sglang_testlib import apply_to_site
 
 ENGINE = "sglang/srt/entrypoints/engine.py"
 
@@ -46,14 +44,7 @@ def _patched_logging_function(engine_py: Path) -> Any:
 
 
 def test_the_server_args_line_redacts_both_api_keys(site_packages: Path) -> None:
-    apply_series(
-        site_packages=site_packages,
-        series_dir=SERIES_DIR,
-        marker=site_packages.parent / "marker.json",
-        pristine_dir=site_packages.parent / "pristine",
-        package="sglang",
-        version=SGLANG_VERSION,
-    )
+    apply_to_site(site_packages)
     log_args = _patched_logging_function(site_packages / ENGINE)
     values = {"api_key": "router-secret", "admin_api_key": "admin-secret", "tp_size": 4, "port": 30001}
     logged = log_args(_ServerArgs(values))

@@ -19,20 +19,9 @@ import pytest
 from pd_appliance.model import deepseek_v4 as m
 from pd_standins.engine import cli, kv_pool
 from pd_standins.engine.server import SimConfig, serve
-from pd_testlib import FAST_ENGINE_START, free_ports
+from pd_testlib import DSV4_TEST_CONFIG, FAST_ENGINE_START, free_ports
 
-# DeepSeek-V4's dims (tests/model/test_deepseek_v4.py): 43 layers, ratio 4 and 128 alternating.
-CONFIG = {
-    "architectures": ["DeepseekV4ForCausalLM"],
-    "num_hidden_layers": 43,
-    "qk_nope_head_dim": 448,
-    "qk_rope_head_dim": 64,
-    "index_head_dim": 128,
-    "window_size": 128,
-    "max_position_embeddings": 65536,
-    "compress_ratios": [0, 0, *[4, 128] * 20, 4],
-    "num_nextn_predict_layers": 1,
-}
+CONFIG = DSV4_TEST_CONFIG
 SHAPE = m.DeepSeekV4Shape.from_config(CONFIG)
 GPU_MIB = 97887  # the simulated RTX PRO 6000 (pd_standins.gpus)
 WORKER = str(Path(sys.executable).parent / "pd-sim-worker")
