@@ -62,13 +62,14 @@ syntax: venv
 	$(BIN)/ansible-playbook --syntax-check site.yml -i inventory/rehearsal
 	$(BIN)/ansible-playbook --syntax-check site.yml -i inventory/lab
 
-# Two workers, a test file each (--dist loadfile keeps a file's module-scoped deployment on one
-# worker): the rehearsal tests spend much of their time waiting on programs, so two share 2 cores
-# well. --no-loadscope-reorder keeps the order tests/conftest.py sets (longest files first; xdist
-# would otherwise order files by their number of tests). PYTEST_WORKERS=0 runs serially.
+# Two workers, a group of files each (--dist loadgroup; tests/conftest.py makes every file a group,
+# and puts the files sharing one converged rehearsal in one): a file's module-scoped deployment stays
+# on one worker. The rehearsal tests spend much of their time waiting on programs, so two share 2
+# cores well. --no-loadscope-reorder keeps the order tests/conftest.py sets (longest groups first;
+# xdist would otherwise order them by their number of tests). PYTEST_WORKERS=0 runs serially.
 PYTEST_WORKERS ?= 2
 pytest: venv wheels
-	PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
+	PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
 molecule: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s default

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from converged_site import SHARING_FILES, XDIST_GROUP, ConvergedSite, converge
 from pd_testlib import ROOT, free_ports
 
 
@@ -31,6 +32,13 @@ def rehearsal_inventory_copy() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def converged_site() -> Iterator[ConvergedSite]:
+    """The whole site.yml converged once for the tests that read it (tests/converged_site.py)."""
+    with converge() as site:
+        yield site
+
+
 def _copy_rehearsal_inventory(base: Path) -> Path:
     target = base / "inventory" / "rehearsal"
     shutil.copytree(ROOT / "inventory" / "rehearsal", target)
@@ -41,29 +49,48 @@ def _copy_rehearsal_inventory(base: Path) -> Path:
     return target
 
 
-# The longest test files, longest first (measured: `pytest --durations`). With `make pytest`'s
-# `-n 2 --dist loadfile`, xdist hands out files in collection order; starting these first keeps a
-# ten-minute file from being the last to start on one worker while the other sits idle.
+# Files that share a module-level or session-level setup run on one xdist worker (`make pytest`
+# runs `--dist loadgroup`; every other file is a group of its own, as with `--dist loadfile`).
+SHARED_GROUPS = {
+    **dict.fromkeys(SHARING_FILES, XDIST_GROUP),
+    # test_model_resolution imports test_server_args' rendered command lines and parser venv.
+    "tests/sglang/test_server_args.py": "sglang-parser",
+    "tests/sglang/test_model_resolution.py": "sglang-parser",
+}
+
+# The longest groups, longest first (measured: `pytest --durations`). xdist hands out groups in
+# collection order; starting these first keeps a ten-minute group from being the last to start on
+# one worker while the other sits idle.
 LONGEST_FIRST = (
+    XDIST_GROUP,
     "tests/releases/test_release_rehearsal.py",
-    "tests/foundation/test_site_modes.py",
+    "tests/validation/test_ab_rehearsal.py",
     "tests/serving/test_topology_rehearsal.py",
+    "sglang-parser",
     "tests/containers/test_lab_failures.py",
-    "tests/security/test_secrets.py",
     "tests/serving/test_rehearsal_serving.py",
-    "tests/sglang/test_provision_rehearsal.py",
-    "tests/sglang/test_server_args.py",
     "tests/faults/test_faults.py",
     "tests/monitoring/test_monitor_rehearsal.py",
-    "tests/validation/test_ab_rehearsal.py",
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest files first, in LONGEST_FIRST's order; the rest keep their order (a stable sort)."""
+def _group(item: pytest.Item) -> str:
+    path = item.nodeid.split("::", 1)[0]
+    return SHARED_GROUPS.get(path, path)
 
-    def rank(item: pytest.Item) -> int:
-        path = item.nodeid.split("::", 1)[0]
-        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test in its file's xdist group; the longest groups first, in LONGEST_FIRST's order, the
+    rest keep their order (a stable sort), and a group's tests stay together."""
+    first_seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        group = _group(item)
+        first_seen.setdefault(group, index)
+        item.add_marker(pytest.mark.xdist_group(name=group))
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        group = _group(item)
+        listed = LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+        return (listed, first_seen[group])
 
     items.sort(key=rank)

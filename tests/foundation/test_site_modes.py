@@ -1,23 +1,19 @@
 """The conventions a lab user relies on, on the rehearsal: `--check --diff` runs to the end on a fresh
 host and on a converged one, and every stage tag the README names runs alone.
 
-One private copy of inventory/rehearsal (its own root and free ports), the Hub stand-in started the way
-`make rehearse` starts it (standins/prepare.yml, at a free port), then:
-fresh --check -> converge -> converged --check (changes nothing it would not report) -> each stage tag
-alone. Everything it started is stopped at the end, also on failure.
+The converge is the shared one (tests/converged_site.py: private root and ports, the Hub stand-in
+started the way `make rehearse` starts it): fresh --check -> converge -> here: converged --check
+(changes nothing it would not report) -> each stage tag alone.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
-from pd_testlib import free_ports, run_playbook
+from converged_site import ConvergedSite
 
 pytestmark = pytest.mark.slow
 
@@ -33,53 +29,38 @@ def _recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
     return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, match.groups()), strict=True))
 
 
-def _ok(result: subprocess.CompletedProcess[str]) -> str:
+def _ok(result: subprocess.CompletedProcess[str] | None) -> str:
+    assert result is not None, "not run: an earlier step of the shared converge failed"
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
     return output
 
 
-@pytest.fixture(scope="module")
-def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    base = tmp_path_factory.mktemp("modes")
-    from shutil import copytree
-
-    from pd_testlib import ROOT
-
-    target = base / "inventory" / "rehearsal"
-    copytree(ROOT / "inventory" / "rehearsal", target)
-    names = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
-             "serving_router_metrics_port", "hub")  # fmt: skip
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
-    overrides = {k: v for k, v in ports.items() if k != "hub"}
-    overrides["checkpoint_hf_endpoint"] = f"http://127.0.0.1:{ports['hub']}"
-    (target / "group_vars" / "all" / "zz-test-ports.yml").write_text(yaml.safe_dump(overrides))
-    _ok(run_playbook("standins/prepare.yml", target))
-    try:
-        yield target
-    finally:
-        run_playbook("playbooks/day2/stop.yml", target, timeout=300)
-        run_playbook("standins/cleanup.yml", target, timeout=120)
-
-
-@pytest.mark.timeout(2400)
-def test_check_diff_fresh_converge_check_and_each_tag_alone(inventory: Path) -> None:
-    root = inventory.parent.parent / ".rehearsal" / "root"
-
-    fresh = _ok(run_playbook("site.yml", inventory, "--check", "--diff", timeout=1200))
+@pytest.mark.timeout(3600)
+def test_check_diff_runs_to_the_end_on_a_fresh_host_and_creates_nothing(
+    converged_site: ConvergedSite,
+) -> None:
+    fresh = _ok(converged_site.fresh_check)
     assert "PLAY [Validate" in fresh, "check mode must run to the last stage"
-    assert not (root / "opt" / "pd-appliance" / "tools").exists(), "check mode created the tools venv"
+    assert "PLAY [Monitor" in fresh, "check mode must run to the last stage"
+    assert converged_site.created_by_check == [], "check mode created what only a converge may create"
 
-    converge = run_playbook("site.yml", inventory, timeout=1800)
-    _ok(converge)
 
-    converged = run_playbook("site.yml", inventory, "--check", "--diff", timeout=1200)
+@pytest.mark.timeout(3600)
+def test_converged_check_changes_nothing_and_each_stage_tag_runs_alone(converged_site: ConvergedSite) -> None:
+    converged_site.require_deploy()
+    converged = converged_site.play("site.yml", "--check", "--diff")
     _ok(converged)
     assert _recap(converged)["changed"] == 0, converged.stdout[-5000:]
 
     for tag in STAGE_TAGS:
-        alone = run_playbook("site.yml", inventory, "--tags", tag, timeout=1200)
+        alone = converged_site.play("site.yml", "--tags", tag)
         output = _ok(alone)
         assert re.search(rf"PLAY \[{tag.capitalize()}", output, re.IGNORECASE), (
             f"--tags {tag} ran no {tag} play"
         )
+        if tag == "provision":
+            # A second provision on a converged host changes nothing (the lock proven, the venvs
+            # in place, the patch series applied once).
+            changed = re.findall(r"TASK \[([^\]]+)\][^\n]*\nchanged:", alone.stdout)
+            assert _recap(alone)["changed"] == 0, f"--tags provision changed: {changed}"

@@ -6,6 +6,9 @@ CUDA stack cannot be installed here): the Python is chosen from the locks, uv co
 pin, the whole lock for that Python is proven against PyPI package by package and hash by hash, and
 sglang, nixl-cu13, the nixl shim, numpy and the pd_appliance kernels wheel are installed from it with
 uv in hash-checking mode; the patch series is applied to the real sglang wheel by the real module.
+
+The first run is the shared site converge (tests/converged_site.py); the second is
+tests/foundation/test_site_modes.py's `--tags provision` on it, which must change nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 import pytest
 from sglang_testlib import ROOT, SERIES_DIR, SGLANG_VERSION
 
-PLAYBOOK = ROOT / "tests" / "sglang" / "provision_playbook.yml"
+from converged_site import ConvergedSite
 
 
 def _env() -> dict[str, str]:
@@ -39,22 +42,8 @@ def _ansible(args: list[str], binary: str = "ansible-playbook") -> subprocess.Co
 
 
 @pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("provision")
-    inventory = base / "inventory" / "rehearsal"
-    shutil.copytree(ROOT / "inventory" / "rehearsal", inventory)
-    # A frozen copy of the package source: the wheel built from it is the same on both runs.
-    source = base / "source"
-    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", source)
-    if (ROOT / "README.md").exists():
-        shutil.copy(ROOT / "README.md", source)
-    # The stand-in switch and a path: nothing else differs from the lab.
-    extra = json.dumps({"appliance_tools_source_dir": str(source), "sglang_install_cuda_stack": False})
-    args = [str(PLAYBOOK), "-i", str(inventory), "-e", extra]
-    first = _ansible(args)
-    second = _ansible(args) if first.returncode == 0 else first
-    return {"root": base / ".rehearsal" / "root", "first": first, "second": second}  # type: ignore[dict-item]
+def rehearsal(converged_site: ConvergedSite) -> dict[str, object]:
+    return {"root": converged_site.root, "first": converged_site.require_deploy()}
 
 
 def sglang_venv(home: Path) -> Path:
@@ -64,6 +53,7 @@ def sglang_venv(home: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_first_run_installs_patches_and_records(rehearsal) -> None:
     run = rehearsal["first"]
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
@@ -109,16 +99,7 @@ def test_first_run_installs_patches_and_records(rehearsal) -> None:
 
 
 @pytest.mark.slow
-def test_second_run_changes_nothing(rehearsal) -> None:
-    run = rehearsal["second"]
-    assert run.returncode == 0, run.stdout[-4000:]
-    recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", run.stdout)
-    assert recap, run.stdout[-2000:]
-    changed = re.findall(r"TASK \[([^\]]+)\][^\n]*\nchanged:", run.stdout)
-    assert recap.group(1) == "0", f"not idempotent, changed: {changed}"
-
-
-@pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_module_fails_naming_patch_and_hunk_on_the_installed_venv(rehearsal, tmp_path: Path) -> None:
     assert rehearsal["first"].returncode == 0
     home = rehearsal["root"] / "opt" / "pd-appliance"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -84,17 +85,62 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+# pip's source settings that uv takes as flags of the same name (uv reads no pip.conf).
+PIP_SOURCE_KEYS = ("index-url", "extra-index-url", "find-links")
+
+
+def pip_sources_as_uv_flags(python: str) -> list[str]:
+    """The package sources pip is configured with (pip.conf files and PIP_* variables, as `pip config
+    list` shows them), as uv flags: uv then installs from exactly what pip would, mirrors and local
+    wheel directories included."""
+    result = subprocess.run(
+        [python, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    )
+    settings: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        scope_key, _, value = line.partition("=")
+        scope, _, key = scope_key.rpartition(".")
+        if key in PIP_SOURCE_KEYS and (scope == ":env:" or key not in settings):
+            settings[key] = value.strip().strip("'\"")
+    # pip takes the best match across all its indexes; uv's default stops at the first index that
+    # has the name. Same sources, pip's choice (the requirements pin every version exactly).
+    flags = ["--index-strategy", "unsafe-best-match"]
+    for key in PIP_SOURCE_KEYS:
+        for value in settings.get(key, "").split():
+            if not value.startswith("file://") or Path(value.removeprefix("file://")).exists():
+                flags += [f"--{key}", value]
+    return flags
+
+
+def _installer(venv: Path) -> list[str]:
+    """uv when the running Python's venv has it (a dev dependency: it installs the ~40 packages,
+    CPU torch among them, in parallel and from its cache), else pip; both with --no-deps."""
+    uv = Path(sys.executable).parent / "uv"
+    if uv.is_file() and os.access(uv, os.X_OK):
+        python = str(venv_python(venv))
+        return [
+            str(uv),
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            python,
+            *pip_sources_as_uv_flags(python),
+            "--no-deps",
+        ]
+    return [str(venv_python(venv)), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+            "--no-compile"]  # fmt: skip
+
+
 def _build(inputs: ParserVenvInputs, venv: Path, log: Callable[[str], None]) -> None:
     if venv.exists():
         shutil.rmtree(venv)
     _run([inputs.base_python, "-m", "venv", str(venv)], "creating the venv")
-    pip = [str(venv_python(venv)), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
+    pip = _installer(venv)
     log(f"installing {inputs.requirements.name} (--no-deps: the list is complete)")
-    _run(
-        [*pip, "--no-compile", "--requirement", str(inputs.requirements)], f"installing {inputs.requirements}"
-    )
+    _run([*pip, "--requirement", str(inputs.requirements)], f"installing {inputs.requirements}")
     log(f"installing {inputs.wheel.name} (--no-deps)")
-    _run([*pip, "--no-compile", str(inputs.wheel)], f"installing {inputs.wheel}")
+    _run([*pip, str(inputs.wheel)], f"installing {inputs.wheel}")
     site = sorted(venv.glob("lib/python3*/site-packages"))
     if len(site) != 1:
         raise ParserVenvError(f"{venv}: expected one lib/python3*/site-packages, found {len(site)}")
