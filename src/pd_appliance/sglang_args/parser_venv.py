@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pd_appliance.patches import apply_series
+from pd_appliance.supply.pip_sources import pip_sources_as_uv_flags
 
 BUILD_FORMAT = 1
 COMPLETE = ".complete"
@@ -83,33 +84,6 @@ def _run(cmd: list[str], what: str) -> None:
 
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
-
-
-# pip's source settings that uv takes as flags of the same name (uv reads no pip.conf).
-PIP_SOURCE_KEYS = ("index-url", "extra-index-url", "find-links")
-
-
-def pip_sources_as_uv_flags(python: str) -> list[str]:
-    """The package sources pip is configured with (pip.conf files and PIP_* variables, as `pip config
-    list` shows them), as uv flags: uv then installs from exactly what pip would, mirrors and local
-    wheel directories included."""
-    result = subprocess.run(
-        [python, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
-    )
-    settings: dict[str, str] = {}
-    for line in result.stdout.splitlines():
-        scope_key, _, value = line.partition("=")
-        scope, _, key = scope_key.rpartition(".")
-        if key in PIP_SOURCE_KEYS and (scope == ":env:" or key not in settings):
-            settings[key] = value.strip().strip("'\"")
-    # pip takes the best match across all its indexes; uv's default stops at the first index that
-    # has the name. Same sources, pip's choice (the requirements pin every version exactly).
-    flags = ["--index-strategy", "unsafe-best-match"]
-    for key in PIP_SOURCE_KEYS:
-        for value in settings.get(key, "").split():
-            if not value.startswith("file://") or Path(value.removeprefix("file://")).exists():
-                flags += [f"--{key}", value]
-    return flags
 
 
 def _installer(venv: Path) -> list[str]:
