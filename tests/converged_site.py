@@ -15,6 +15,7 @@ session-scoped fixture `converged_site`; run alone, a file converges it for itse
 from __future__ import annotations
 
 import contextlib
+import secrets
 import shutil
 import subprocess
 import sys
@@ -37,9 +38,12 @@ SHARING_FILES = (
 )
 XDIST_GROUP = "converged-site"
 
-ROUTER_KEY = "pdsecret-router-Zq81xKp"
-HF_TOKEN = "hf_pdsecret_Hub_4Wq9"
-INET_PASSWORD = "pdsecret-inet-7Yh2"
+# Distinctive per session: a concurrent run of this suite elsewhere on the machine (another
+# checkout's) plants secrets of its own, which this session's /proc sampler must not count.
+_SESSION = secrets.token_hex(4)
+ROUTER_KEY = f"pdsecret-router-{_SESSION}"
+HF_TOKEN = f"hf_pdsecret_Hub_{_SESSION}"
+INET_PASSWORD = f"pdsecret-inet-{_SESSION}"
 SECRETS = (ROUTER_KEY, HF_TOKEN, INET_PASSWORD)
 
 PORT_VARIABLES = (
