@@ -1,9 +1,9 @@
 """The conventions a lab user relies on, on the rehearsal: `--check --diff` runs to the end on a fresh
-host and on a converged one, and every stage tag the README names runs alone.
+host and on a converged one, and every tag a stage playbook defines runs alone.
 
 The converge is the shared one (tests/converged_site.py: private root and ports, the Hub stand-in
 started the way `make rehearse` starts it): fresh --check -> converge -> here: converged --check
-(changes nothing it would not report) -> each stage tag alone.
+(changes nothing it would not report) -> each tag alone.
 """
 
 from __future__ import annotations
@@ -14,11 +14,22 @@ import subprocess
 import pytest
 
 from converged_site import ConvergedSite
+from pd_testlib import ROOT
 
 pytestmark = pytest.mark.slow
 
 # The stages README.md names as tags (`ansible-playbook site.yml -i inventory/lab --tags checkpoint`).
-STAGE_TAGS = ("preflight", "provision", "checkpoint", "serve", "validate")
+STAGE_TAGS = ("preflight", "provision", "checkpoint", "serve", "validate", "monitor")
+
+
+def playbook_tags() -> list[str]:
+    """Every tag a stage playbook defines on its plays and roles (besides `always`): each must run alone."""
+    found: set[str] = set()
+    for path in [ROOT / "site.yml", *sorted((ROOT / "playbooks").glob("*.yml"))]:
+        for match in re.finditer(r"^\s*tags:\s*\[([^\]]*)\]", path.read_text(), re.MULTILINE):
+            found.update(t.strip() for t in match.group(1).split(",") if t.strip())
+    found.discard("always")
+    return sorted(found)
 
 
 def _recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
@@ -47,18 +58,23 @@ def test_check_diff_runs_to_the_end_on_a_fresh_host_and_creates_nothing(
 
 
 @pytest.mark.timeout(3600)
-def test_converged_check_changes_nothing_and_each_stage_tag_runs_alone(converged_site: ConvergedSite) -> None:
+def test_converged_check_changes_nothing_and_every_tag_runs_alone(converged_site: ConvergedSite) -> None:
     converged_site.require_deploy()
     converged = converged_site.play("site.yml", "--check", "--diff")
     _ok(converged)
     assert _recap(converged)["changed"] == 0, converged.stdout[-5000:]
 
-    for tag in STAGE_TAGS:
+    tags = playbook_tags()
+    assert set(STAGE_TAGS) <= set(tags) and {"tools", "nixl", "sglang", "driver"} <= set(tags), tags
+    for tag in tags:
         alone = converged_site.play("site.yml", "--tags", tag)
         output = _ok(alone)
-        assert re.search(rf"PLAY \[{tag.capitalize()}", output, re.IGNORECASE), (
-            f"--tags {tag} ran no {tag} play"
-        )
+        if tag in STAGE_TAGS:
+            assert re.search(rf"PLAY \[{tag.capitalize()}", output, re.IGNORECASE), (
+                f"--tags {tag} ran no {tag} play"
+            )
+        else:
+            assert re.search(r"^TASK \[", output, re.MULTILINE), f"--tags {tag} ran no task"
         if tag == "provision":
             # A second provision on a converged host changes nothing (the lock proven, the venvs
             # in place, the patch series applied once).
