@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pd_testlib import free_ports, run_playbook
+from pd_testlib import private_artifacts, rehearsal_ports, reserve_ports, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -48,11 +48,9 @@ def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
     target = base / "inventory" / "rehearsal"
     copytree(ROOT / "inventory" / "rehearsal", target)
-    names = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
-             "serving_router_metrics_port", "hub")  # fmt: skip
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
-    overrides = {k: v for k, v in ports.items() if k != "hub"}
-    overrides["checkpoint_hf_endpoint"] = f"http://127.0.0.1:{ports['hub']}"
+    # Reserved ports for every program, the monitor stage's included; artifacts under base.
+    overrides: dict[str, object] = {**rehearsal_ports(), **private_artifacts(base)}
+    overrides["checkpoint_hf_endpoint"] = f"http://127.0.0.1:{reserve_ports(1)[0]}"
     (target / "group_vars" / "all" / "zz-test-ports.yml").write_text(yaml.safe_dump(overrides))
     _ok(run_playbook("standins/prepare.yml", target))
     try:

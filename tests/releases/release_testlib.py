@@ -34,7 +34,7 @@ from typing import Any
 
 from pd_standins.sglang_wheel import build as build_standin
 from pd_standins.sglang_wheel import lock_entries
-from pd_testlib import free_ports, reap
+from pd_testlib import private_artifacts, reap, reserve_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -168,7 +168,7 @@ class Lab:
 
     @property
     def api_key(self) -> str:
-        return (ROOT / "artifacts" / "credentials" / "serving_router_api_key").read_text().strip()
+        return (self.base / "artifacts" / "credentials" / "serving_router_api_key").read_text().strip()
 
     def release(self, **changes: Any) -> None:
         """Ask for another release: the variables a change of the inventory would bring."""
@@ -276,11 +276,12 @@ def new_lab(hub: Any, assets: Assets) -> Lab:
     shutil.copytree(ROOT / "inventory" / "rehearsal", inventory)
     names = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
              "serving_router_metrics_port")  # fmt: skip
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
+    ports = dict(zip(names, reserve_ports(len(names)), strict=True))
     # The appliance_tools role creates the state directory in a lab run; this test runs the sglang role alone.
     (base / "root" / "var/lib/pd-appliance").mkdir(parents=True)
     variables: dict[str, Any] = {
         **ports,
+        **private_artifacts(base),
         "appliance_root": str(base / "root"),
         "appliance_tools_venv": str(assets.tools_venv),
         "appliance_router_venv": sys.prefix,

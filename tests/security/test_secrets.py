@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pd_testlib import ROOT, ansible_env, free_ports, run_playbook
+from pd_testlib import ROOT, ansible_env, private_artifacts, reserve_ports, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +71,8 @@ def rehearsal(tmp_path: Path) -> Iterator[Path]:
     shutil.copytree(ROOT / "inventory" / "rehearsal", target)
     names = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
              "serving_router_metrics_port", "serving_supervisor_inet_port", "hub")  # fmt: skip
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
-    overrides = {k: v for k, v in ports.items() if k != "hub"}
+    ports = dict(zip(names, reserve_ports(len(names)), strict=True))
+    overrides = {**{k: v for k, v in ports.items() if k != "hub"}, **private_artifacts(base)}
     overrides["checkpoint_hf_endpoint"] = f"http://127.0.0.1:{ports['hub']}"
     overrides["monitoring_enabled"] = False  # its own suite; this one is about secrets
     (target / "group_vars" / "all" / "zz-test-ports.yml").write_text(yaml.safe_dump(overrides))

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from sglang_testlib import ROOT, SERIES_DIR, SGLANG_VERSION
 
+from pd_testlib import private_artifacts
+
 PLAYBOOK = ROOT / "tests" / "sglang" / "provision_playbook.yml"
 
 
@@ -50,7 +52,8 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if (ROOT / "README.md").exists():
         shutil.copy(ROOT / "README.md", source)
     # The stand-in switch and a path: nothing else differs from the lab.
-    extra = json.dumps({"appliance_tools_source_dir": str(source), "sglang_install_cuda_stack": False})
+    extra = json.dumps({"appliance_tools_source_dir": str(source), "sglang_install_cuda_stack": False,
+                        **private_artifacts(base)})  # fmt: skip
     args = [str(PLAYBOOK), "-i", str(inventory), "-e", extra]
     first = _ansible(args)
     second = _ansible(args) if first.returncode == 0 else first
