@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,18 +14,12 @@ from pathlib import Path
 import pytest
 
 from pd_appliance.bench.runner import measure_sync, plan_from_lists
-from pd_testlib import FAST_ENGINE_START
+from pd_testlib import FAST_ENGINE_START, reserve_ports
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 SIM_TTFT_MS, SIM_TPOT_MS = 30.0, 4.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, timeout_s: float = 60.0) -> None:
@@ -47,7 +40,7 @@ def router_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not (BIN / "smg").exists() or not (BIN / "pd-sim-worker").exists():
         pytest.fail(f"smg and pd-sim-worker must be installed in {BIN} (pip install -e '.[dev]')")
     logs = tmp_path_factory.mktemp("smg")
-    prefill, decode, bootstrap, router, metrics = (free_port() for _ in range(5))
+    prefill, decode, bootstrap, router, metrics = reserve_ports(5)
     env = dict(
         os.environ,
         **FAST_ENGINE_START,

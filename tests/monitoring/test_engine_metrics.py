@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 from pathlib import Path
 
 import aiohttp
@@ -14,6 +13,7 @@ from monitoring_testlib import find_sglang_wheel, parse_samples, value, wheel_me
 from prometheus_client.parser import text_string_to_metric_families
 
 from pd_standins.engine.server import SimConfig, SimWorker, serve
+from pd_testlib import reserve_ports
 
 BASE_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "simulated"}
 
@@ -27,9 +27,8 @@ def sglang_metrics() -> dict:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port this test process reserved (pd_testlib.reserve_ports), not one bound and let go."""
+    return reserve_ports(1)[0]
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode", "null"])

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import random
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -21,12 +20,12 @@ from pd_standins.engine import SIMULATOR_HEADER
 from pd_standins.engine.cli import config_from_args
 from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions
+from pd_testlib import reserve_ports
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port this test process reserved (pd_testlib.reserve_ports), not one bound and let go."""
+    return reserve_ports(1)[0]
 
 
 class Pair:
