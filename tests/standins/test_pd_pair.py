@@ -225,13 +225,18 @@ async def _api_key_scenario() -> None:
 async def test_sixteen_concurrent_streams_are_paced_not_serialised(pair: Pair) -> None:
     tokens = 50
     async with aiohttp.ClientSession() as session:
+        # The reference, on this machine now: one stream alone (TTFT + 49 x TPOT, about 0.45 s idle).
+        started = time.monotonic()
+        await _pd(session, pair, "/v1/completions", _stream_body("alone", tokens))
+        alone = time.monotonic() - started
         started = time.monotonic()
         await asyncio.gather(
             *[_pd(session, pair, "/v1/completions", _stream_body(f"p{i}", tokens)) for i in range(16)]
         )
         elapsed = time.monotonic() - started
-    # One stream alone takes TTFT + 49 x TPOT (about 0.45 s); 16 in parallel must not take 16x that.
-    assert elapsed < 0.2 + tokens * 0.005 * 4
+    # 16 paced in parallel take about one stream's time; serialised they would take 16 x (8.6 x with
+    # the TTFTs overlapping). 4 x the reference leaves the machine's load its room and still fails that.
+    assert elapsed < 4 * alone, (elapsed, alone)
 
 
 def _stream_body(prompt: str, tokens: int) -> dict:
