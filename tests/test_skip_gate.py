@@ -51,9 +51,13 @@ def test_an_undeclared_skip_fails_the_run_only_when_enforced(tmp_path: Path) -> 
 
 
 def test_the_controller_sees_the_workers_skips(tmp_path: Path) -> None:
-    enforced = _pytest(tmp_path, "-n", "2", enforce=True)
+    # A whole module skipped at collection (a missing import) counts too.
+    (tmp_path / "test_module_skip.py").write_text('import pytest\npytest.importorskip("pd_no_such_module")\n')
+    enforced = _pytest(tmp_path, "-n", "2", "test_module_skip.py", enforce=True)
     assert enforced.returncode == 1, enforced.stdout
     assert "UNDECLARED test_sample.py::test_skips_for_a_missing_tool: promtool is absent" in enforced.stdout
+    assert "UNDECLARED test_module_skip.py: could not import 'pd_no_such_module'" in enforced.stdout
+    assert "skips: 2, undeclared: 2" in enforced.stdout
 
 
 def test_a_declared_test_skipping_for_another_reason_is_undeclared() -> None:
