@@ -20,7 +20,6 @@ from pd_appliance.bench.workload import prompt_length, synthetic_prompt
 from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions, TokenCounter, complete
 from pd_standins.hub import TOKENIZER_WORDS, generate, rehearsal_tokenizer_json
-from pd_testlib import reserve_ports
 
 
 def test_the_tokenizer_is_built_here_deterministically_and_encodes_anything() -> None:
@@ -55,16 +54,11 @@ def test_the_engine_counts_and_streams_tokens_of_the_model_directory(tmp_path: P
     assert TokenCounter.for_model(str(tmp_path / "nowhere")).count("x" * 40) == 10  # no tokenizer: ~4 chars
 
 
-def _port() -> int:
-    """A port this test process reserved (pd_testlib.reserve_ports), not one bound and let go."""
-    return reserve_ports(1)[0]
-
-
 async def _peak_running(max_running: int, concurrency: int) -> tuple[float, float]:
     """The engine's running and queued gauges once every request has arrived: polled on the engine's
     own figures (running + queued == concurrency) while no request has finished yet, not after a sleep
     that a busy machine can make too short (not all arrived) or too long (the first wave done)."""
-    config = SimConfig(role="null", port=_port(), ttft_s=0.01, tpot_s=0.02, max_running_requests=max_running)
+    config = SimConfig(role="null", port=0, ttft_s=0.01, tpot_s=0.02, max_running_requests=max_running)
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(serve(config, ready=ready, stop=stop))
     await asyncio.wait_for(ready.wait(), 5)

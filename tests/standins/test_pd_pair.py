@@ -20,22 +20,21 @@ from pd_standins.engine import SIMULATOR_HEADER
 from pd_standins.engine.cli import config_from_args
 from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions
-from pd_testlib import reserve_ports
-
-
-def _free_port() -> int:
-    """A port this test process reserved (pd_testlib.reserve_ports), not one bound and let go."""
-    return reserve_ports(1)[0]
 
 
 class Pair:
+    """A prefill and a decode served in-process on ports the kernel chose (port 0, read back by serve)."""
+
     def __init__(self, ttft_s: float, tpot_s: float, api_key: str | None = None) -> None:
-        self.bootstrap = _free_port()
         canned = CannedCompletions.from_mapping({"The capital of France is": " Paris."})
         common = dict(ttft_s=ttft_s, tpot_s=tpot_s, api_key=api_key, canned=canned, rendezvous_timeout_s=2.0,
-                      served_model_name="dsv4-flash", bootstrap_port=self.bootstrap)  # fmt: skip
-        self.prefill = SimConfig(role="prefill", port=_free_port(), **common)
-        self.decode = SimConfig(role="decode", port=_free_port(), **common)
+                      served_model_name="dsv4-flash", port=0, bootstrap_port=0)  # fmt: skip
+        self.prefill = SimConfig(role="prefill", **common)
+        self.decode = SimConfig(role="decode", **common)
+
+    @property
+    def bootstrap(self) -> int:
+        return self.prefill.bootstrap_port
 
     def url(self, config: SimConfig, path: str) -> str:
         return f"http://127.0.0.1:{config.port}{path}"
@@ -200,7 +199,7 @@ def test_api_key_guards_all_but_health() -> None:
 
 
 async def _api_key_scenario() -> None:
-    config = SimConfig(role="null", port=_free_port(), api_key="s3cret", ttft_s=0.0, tpot_s=0.0)
+    config = SimConfig(role="null", port=0, api_key="s3cret", ttft_s=0.0, tpot_s=0.0)
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(serve(config, ready=ready, stop=stop))
     await ready.wait()
