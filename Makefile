@@ -70,9 +70,11 @@ syntax: venv
 # on one worker. The rehearsal tests spend much of their time waiting on programs, so two share 2
 # cores well. --no-loadscope-reorder keeps the order tests/conftest.py sets (longest groups first;
 # xdist would otherwise order them by their number of tests). PYTEST_WORKERS=0 runs serially.
+# PD_FAIL_ON_UNDECLARED_SKIP=1: a skip not declared in tests/declared_skips.yml fails the run
+# (tests/skip_gate.py), so a missing system package, wheel or dockerd cannot turn tests into skips.
 PYTEST_WORKERS ?= 2
 pytest: venv wheels
-	PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
+	PD_FAIL_ON_UNDECLARED_SKIP=1 PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
 molecule: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s default

@@ -11,7 +11,10 @@ import pytest
 import yaml
 
 from converged_site import SHARING_FILES, XDIST_GROUP, ConvergedSite, converge
-from pd_testlib import ROOT, free_ports
+from pd_testlib import ROOT, private_artifacts, rehearsal_ports
+
+# Lists every skip at the end of the run; fails it on an undeclared one when CI asks (skip_gate.py).
+pytest_plugins = ["skip_gate"]
 
 
 @pytest.fixture(scope="session")
@@ -21,8 +24,9 @@ def repo_root() -> Path:
 
 @pytest.fixture
 def rehearsal_inventory_copy() -> Iterator[Path]:
-    """A private copy of inventory/rehearsal (links followed) whose programs get free ports, so it never
-    meets a rehearsal running from the checkout. It lives in a short /tmp directory, not tmp_path: the
+    """A private copy of inventory/rehearsal (links followed) whose programs get reserved ports and
+    whose controller-side artifacts stay under its base, so it never meets a rehearsal running from the
+    checkout or another test. It lives in a short /tmp directory, not tmp_path: the
     copy's supervisor socket (<base>/.rehearsal/root/run/pd-appliance/supervisor.sock) must fit the
     107 bytes of an AF_UNIX path, and pytest's tmp_path names alone can take 60 (preflight refuses it)."""
     base = Path(tempfile.mkdtemp(prefix="pd-", dir="/tmp"))
@@ -42,10 +46,8 @@ def converged_site() -> Iterator[ConvergedSite]:
 def _copy_rehearsal_inventory(base: Path) -> Path:
     target = base / "inventory" / "rehearsal"
     shutil.copytree(ROOT / "inventory" / "rehearsal", target)
-    names = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
-             "serving_router_metrics_port")  # fmt: skip
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
-    (target / "group_vars" / "all" / "zz-test-ports.yml").write_text(yaml.safe_dump(ports))
+    overlay = {**rehearsal_ports(), **private_artifacts(base)}
+    (target / "group_vars" / "all" / "zz-test-ports.yml").write_text(yaml.safe_dump(overlay))
     return target
 
 

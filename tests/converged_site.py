@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from pd_testlib import ROOT, ansible_env, free_ports, run_playbook
+from pd_testlib import REHEARSAL_PORTS, ROOT, ansible_env, private_artifacts, reserve_ports, run_playbook
 
 # The files that share the converge (tests/conftest.py groups them on one xdist worker).
 SHARING_FILES = (
@@ -46,11 +46,7 @@ HF_TOKEN = f"hf_pdsecret_Hub_{_SESSION}"
 INET_PASSWORD = f"pdsecret-inet-{_SESSION}"
 SECRETS = (ROUTER_KEY, HF_TOKEN, INET_PASSWORD)
 
-PORT_VARIABLES = (
-    "serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
-    "serving_router_metrics_port", "serving_supervisor_inet_port", "monitoring_prometheus_port",
-    "monitoring_node_exporter_port", "monitoring_gpu_exporter_port",
-)  # fmt: skip
+PORT_VARIABLES = (*REHEARSAL_PORTS, "serving_supervisor_inet_port")
 
 
 class CmdlineSampler(threading.Thread):
@@ -119,8 +115,9 @@ class ConvergedSite:
 def _inventory(base: Path) -> Path:
     target = base / "inventory" / "rehearsal"
     shutil.copytree(ROOT / "inventory" / "rehearsal", target)
-    ports = dict(zip((*PORT_VARIABLES, "hub"), free_ports(len(PORT_VARIABLES) + 1), strict=True))
+    ports = dict(zip((*PORT_VARIABLES, "hub"), reserve_ports(len(PORT_VARIABLES) + 1), strict=True))
     overrides: dict[str, object] = {k: v for k, v in ports.items() if k != "hub"}
+    overrides.update(private_artifacts(base))
     overrides["checkpoint_hf_endpoint"] = f"http://127.0.0.1:{ports['hub']}"
     (target / "group_vars" / "all" / "zz-test-ports.yml").write_text(yaml.safe_dump(overrides))
     return target
@@ -154,7 +151,6 @@ def converge() -> Iterator[ConvergedSite]:
             "checkpoint_hf_token": HF_TOKEN,
             "serving_supervisor_inet_password": INET_PASSWORD,
             "validation_artifacts_dir": str(artifacts / "validation"),
-            "serving_diagnostics_local_dir": str(artifacts / "diagnostics"),
         })
     )  # fmt: skip
     vars_file.chmod(0o600)

@@ -7,8 +7,12 @@ A module of its own (tests/ is on pytest's pythonpath) because every area has a 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import random
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,20 +45,97 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *args: str, timeou
     )
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports free on loopback right now (held together while chosen)."""
-    import socket
+# Ports a test reserves for programs it cannot hand a listening socket (an inventory's ports, written
+# before the play starts them): taken below the kernel's ephemeral range, so no bind(0) or outgoing
+# connection is ever given one, and locked by a file per port, so no other test process picks it.
+PORT_LOCK_DIR = Path("/tmp/pd-test-ports")
+_HELD_PORTS: list[int] = []  # lock file descriptors, held until this process exits
 
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+
+def _ephemeral_range() -> tuple[int, int]:
+    low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    return int(low), int(high)
+
+
+def _appliance_default_ports() -> set[int]:
+    """The appliance's default ports (a rehearsal from the checkout runs on them): never reserved."""
+    found = set()
+    for defaults in ROOT.glob("roles/*/defaults/main.yml"):
+        found |= {int(n) for n in re.findall(r"^\w+_port:\s*(\d+)\s*$", defaults.read_text(), re.MULTILINE)}
+    return found
+
+
+def _port_pool() -> list[int]:
+    """10,000 ports just below the ephemeral range (above it when it starts too low), shuffled."""
+    low, high = _ephemeral_range()
+    pool = range(low - 10000, low) if low - 10000 >= 1024 else range(high + 1, min(high + 10001, 65536))
+    ports = sorted(set(pool) - _appliance_default_ports())
+    random.shuffle(ports)
+    return ports
+
+
+def _bindable(port: int) -> bool:
+    """Nothing listens on the port now, on any address (servers set SO_REUSEADDR, so TIME_WAIT is no bar)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def reserve_ports(count: int) -> list[int]:
+    """`count` TCP ports this test process owns until it exits: outside the ephemeral range, free now,
+    and locked (flock on PORT_LOCK_DIR/<port>.lock) against every other xdist worker or helper.
+
+    Why not bind(0) and close: the kernel hands a closed ephemeral port to the next socket that asks
+    (an smg connection, another test's server), and the inventory's programs bind it minutes later.
+    A server the test starts itself should bind 0 and report its port instead."""
+    if not PORT_LOCK_DIR.is_dir():
+        PORT_LOCK_DIR.mkdir(exist_ok=True)
+        PORT_LOCK_DIR.chmod(0o1777)  # shared by every user's test runs, like /tmp
+    chosen: list[int] = []
+    for port in _port_pool():
+        fd = os.open(PORT_LOCK_DIR / f"{port}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if not _bindable(port):
+            os.close(fd)  # someone outside the tests holds it: leave it
+            continue
+        _HELD_PORTS.append(fd)
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise RuntimeError(f"no {count} free ports left to reserve under {PORT_LOCK_DIR}")
+
+
+# Every port a rehearsal's programs listen on (serving and the monitor stage): a private inventory copy
+# reserves all of them, so that no stage of it meets another test's programs or the checkout's rehearsal.
+REHEARSAL_PORTS = (
+    "serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
+    "serving_router_metrics_port", "monitoring_prometheus_port", "monitoring_node_exporter_port",
+    "monitoring_gpu_exporter_port",
+)  # fmt: skip
+
+
+def rehearsal_ports() -> dict[str, int]:
+    """REHEARSAL_PORTS, each a port this test process reserved (reserve_ports)."""
+    return dict(zip(REHEARSAL_PORTS, reserve_ports(len(REHEARSAL_PORTS)), strict=True))
+
+
+def private_artifacts(base: Path) -> dict[str, str]:
+    """Variables that move a run's controller-side artifacts (generated router key, wheel build,
+    validation reports, diagnostics bundles) from the checkout's artifacts/ to base/artifacts, so
+    tests running side by side never read or overwrite one another's (or a developer's) files."""
+    artifacts = base / "artifacts"
+    return {
+        "appliance_artifacts_dir": str(artifacts),
+        "serving_diagnostics_local_dir": str(artifacts / "diagnostics"),
+    }
 
 
 def alive(pid: int) -> bool:

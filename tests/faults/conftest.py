@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from fault_deployment import Deployment
 
-from pd_testlib import free_ports, reap
+from pd_testlib import private_artifacts, reap, reserve_ports
 
 API_KEY = "fault-suite-router-key"
 
@@ -42,13 +42,13 @@ def _stop_everything(dep: Deployment) -> None:
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Deployment:
     base = tmp_path_factory.mktemp("faults")
     root = base / "root"
-    prefill, decode, bootstrap, router, metrics = free_ports(5)
+    prefill, decode, bootstrap, router, metrics = reserve_ports(5)
     variables = {
         "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
         "serving_prefill_port": prefill, "serving_decode_port": decode, "serving_bootstrap_port": bootstrap,
         "serving_router_port": router, "serving_router_metrics_port": metrics,
         # The router's API key (the lab generates one on the controller): clients and readiness send it.
-        "serving_router_api_key": API_KEY,
+        "serving_router_api_key": API_KEY, **private_artifacts(base),
     }  # fmt: skip
     vars_file = base / "vars.json"
     vars_file.write_text(json.dumps(variables))

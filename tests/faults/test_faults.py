@@ -11,6 +11,7 @@ with head room for a loaded 2-core CI machine.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import urllib.request
 from typing import Any
@@ -45,6 +46,14 @@ def _run(dep: Deployment, report: dict[str, Any], name: str, inject, spec: LoadS
     return result
 
 
+def _look_period(r: dict[str, Any]) -> float:
+    """The longest gap between two readiness looks before the fault: one look's cycle (interval plus
+    the look itself) as this machine ran it in this very test, the reference for how soon a look sees."""
+    before = [t for t, _ in r["timeline"]["readiness"] if t < 0]
+    assert len(before) >= 2, f"fewer than two readiness looks before the fault: {before}"
+    return max(b - a for a, b in itertools.pairwise(before))
+
+
 @pytest.mark.parametrize("program", ["decode", "prefill"])
 def test_a_killed_worker_costs_only_what_was_in_flight(
     deployment: Deployment, fault_report: dict[str, Any], program: str
@@ -61,8 +70,12 @@ def test_a_killed_worker_costs_only_what_was_in_flight(
     assert r["served_after"] == sent_after > 0
     assert r["failed"] == r["failed_in_flight"] <= r["in_flight"]
     assert r["recovered_s"] is not None and r["recovered_s"] <= WORKER_BOUND_S
-    # Readiness tells the truth: not ready while the worker is gone, ready again once it is back.
-    assert r["not_ready_s"] is not None and r["not_ready_s"] <= 2.0, r["timeline"]["readiness"][:40]
+    # Readiness tells the truth: not ready from the first look after the kill (within two of the look
+    # cycles measured before it, on this machine now), ready again once the worker is back.
+    period = _look_period(r)
+    assert r["not_ready_s"] is not None and r["not_ready_s"] <= r["fault_s"] + 2 * period, (
+        period, r["fault_s"], r["timeline"]["readiness"][:40]
+    )  # fmt: skip
     assert r["ready_again_s"] is not None and r["ready_again_s"] <= WORKER_BOUND_S
     # After the readiness flipped back, every look says ready.
     assert all(ready for t, ready in r["timeline"]["readiness"] if t > r["ready_again_s"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pd_testlib import run_playbook
+from pd_testlib import reserve_ports, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -19,6 +19,10 @@ pytestmark = pytest.mark.slow
 def break_inventory(inventory: Path, **overrides: object) -> None:
     (inventory / "group_vars" / "all" / "zz_broken.yml").write_text(yaml.safe_dump(overrides))
 
+
+# Ports the broken inventories name twice: reserved, so that no program on the machine holds one and
+# preflight's listener check adds a problem the cases do not expect (test_all_problems counts them).
+DUPLICATE, DUPLICATE_TOO = reserve_ports(2)
 
 CASES = {
     "overlapping_gpus": (
@@ -30,8 +34,8 @@ CASES = {
         "serving_prefill_tp_size=4 but serving_prefill_gpus has 3 GPU(s)",
     ),
     "duplicate_ports": (
-        {"serving_router_port": 30999, "serving_prefill_port": 30999},
-        "port 30999 is used by serving_prefill_port and serving_router_port",
+        {"serving_router_port": DUPLICATE, "serving_prefill_port": DUPLICATE},
+        f"port {DUPLICATE} is used by serving_prefill_port and serving_router_port",
     ),
     "missing_model_path": (
         {"appliance_model_dir": ""},
@@ -99,8 +103,8 @@ def test_all_problems_reported_in_one_run(rehearsal_inventory_copy: Path) -> Non
     break_inventory(
         rehearsal_inventory_copy,
         serving_decode_gpus=[3, 4, 5, 6],
-        serving_router_port=30998,
-        serving_decode_port=30998,
+        serving_router_port=DUPLICATE_TOO,
+        serving_decode_port=DUPLICATE_TOO,
     )
     result = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy)
     output = result.stdout + result.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 from pathlib import Path
 
 import aiohttp
@@ -24,12 +23,6 @@ def sglang_metrics() -> dict:
     if wheel is None:
         pytest.skip("the sglang 0.5.23 wheel is absent (make wheels)")
     return wheel_metrics(Path(wheel))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode", "null"])
@@ -57,10 +50,11 @@ def test_every_sglang_series_is_defined_alike_in_the_wheel(role: str, sglang_met
 
 
 async def _pd_request(stream: bool, max_tokens: int) -> tuple[str, str]:
-    bootstrap = _free_port()
-    common = {"ttft_s": 0.05, "tpot_s": 0.005, "served_model_name": "dsv4-flash", "bootstrap_port": bootstrap}
-    prefill = SimConfig(role="prefill", port=_free_port(), **common)
-    decode = SimConfig(role="decode", port=_free_port(), **common)
+    # Port 0: the kernel chooses, serve() writes the ports back before `ready`.
+    common = {"ttft_s": 0.05, "tpot_s": 0.005, "served_model_name": "dsv4-flash", "port": 0,
+              "bootstrap_port": 0}  # fmt: skip
+    prefill = SimConfig(role="prefill", **common)
+    decode = SimConfig(role="decode", **common)
     stop, tasks = asyncio.Event(), []
     try:
         for config in (prefill, decode):
@@ -69,7 +63,7 @@ async def _pd_request(stream: bool, max_tokens: int) -> tuple[str, str]:
             await asyncio.wait_for(ready.wait(), 5)
         body = {"model": "dsv4-flash", "messages": [{"role": "user", "content": "hello there"}],
                 "max_tokens": max_tokens, "ignore_eos": True, "stream": stream,
-                "bootstrap_host": "127.0.0.1", "bootstrap_port": bootstrap,
+                "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap_port,
                 "bootstrap_room": random.getrandbits(63)}  # fmt: skip
         async with aiohttp.ClientSession() as session:
             legs = [
@@ -117,9 +111,8 @@ def test_a_pd_request_is_observed_where_sglang_observes_it() -> None:
 
 async def _orphan_decode() -> str:
     """A decode request whose prefill never comes: the rendezvous times out, a transfer failure."""
-    bootstrap = _free_port()
-    prefill = SimConfig(role="prefill", port=_free_port(), bootstrap_port=bootstrap)
-    decode = SimConfig(role="decode", port=_free_port(), rendezvous_timeout_s=0.3)
+    prefill = SimConfig(role="prefill", port=0, bootstrap_port=0)
+    decode = SimConfig(role="decode", port=0, rendezvous_timeout_s=0.3)
     stop, tasks = asyncio.Event(), []
     try:
         for config in (prefill, decode):
@@ -127,7 +120,7 @@ async def _orphan_decode() -> str:
             tasks.append(asyncio.create_task(serve(config, ready=ready, stop=stop)))
             await asyncio.wait_for(ready.wait(), 5)
         body = {"text": "hi", "sampling_params": {"max_new_tokens": 2}, "bootstrap_host": "127.0.0.1",
-                "bootstrap_port": bootstrap, "bootstrap_room": 7}  # fmt: skip
+                "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": 7}  # fmt: skip
         async with aiohttp.ClientSession() as session:
             async with session.post(f"http://127.0.0.1:{decode.port}/generate", json=body) as r:
                 assert r.status == 502

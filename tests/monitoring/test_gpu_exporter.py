@@ -12,7 +12,6 @@ import io
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from pd_appliance.monitoring.gpu_exporter import (
     parse_gpu_list,
     scrape_once,
 )
+from pd_testlib import reserve_ports
 
 H200_RECORD = "gpu_exporter_h200_2026-12-03.json"
 H200_LIVE = "gpu_exporter_h200_live_loaded_2026-12-03.txt"
@@ -261,9 +261,7 @@ def test_simulated_gpus_are_read_through_the_same_collector_and_labelled(capsys,
 
 
 def test_exporter_serves_http_and_stops_on_sigterm() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = reserve_ports(1)[0]
     env = {**os.environ, "PD_SIM_GPUS": "2"}
     argv = [sys.executable, "-m", "pd_appliance.monitoring.gpu_exporter", "--port", str(port),
             "--nvml-module", "pd_standins.nvml", "--assign", "decode=0-1"]  # fmt: skip

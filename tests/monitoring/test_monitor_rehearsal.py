@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from monitoring_testlib import ROOT
 
-from pd_testlib import run_playbook
+from pd_testlib import private_artifacts, rehearsal_ports, run_playbook
 
 pytestmark = [
     pytest.mark.slow,
@@ -34,18 +34,6 @@ pytestmark = [
 ]
 DASHBOARD = ROOT / "roles/monitoring/files/dashboards/pd-appliance.json"
 WAIT_S = 60.0
-
-
-def _free_ports(count: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _get(url: str, timeout: float = 10) -> Any:
@@ -109,12 +97,9 @@ def deployment(tmp_path_factory):
     import sys
 
     base = tmp_path_factory.mktemp("monitor-rehearsal")
-    names = ["serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
-             "serving_router_metrics_port", "monitoring_prometheus_port", "monitoring_node_exporter_port",
-             "monitoring_gpu_exporter_port"]  # fmt: skip
-    ports = dict(zip(names, _free_ports(len(names)), strict=True))
+    ports = rehearsal_ports()
     variables = {
-        "appliance_root": str(base / "root"), "appliance_tools_venv": sys.prefix,
+        **private_artifacts(base), "appliance_root": str(base / "root"), "appliance_tools_venv": sys.prefix,
         "appliance_router_venv": sys.prefix, **ports, "serving_router_api_key": ROUTER_KEY,
         # Test settings: scrape and evaluate every second, call a worker down after 3 s.
         "monitoring_prometheus_scrape_interval": "1s",

@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pd_standins.sglang_wheel import build as build_standin
 from pd_standins.sglang_wheel import lock_entries
-from pd_testlib import free_ports, reap
+from pd_testlib import private_artifacts, reap, reserve_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -153,6 +155,13 @@ class Lab:
     variables: dict[str, Any]
     ports: dict[str, int]
     seen_pids: set[int] = field(default_factory=set)
+    # The variables the lab started with: each step asks for its release from these, not from what an
+    # earlier step (perhaps failed half-way) left behind.
+    initial: dict[str, Any] = field(default_factory=dict)
+    # The release each step's action left current (step 3: the release it failed), recorded when the
+    # action ended as it should: the next step's starting state.
+    reached: dict[int, str] = field(default_factory=dict)
+    replayed: set[int] = field(default_factory=set)  # steps a later step replayed (at most once each)
 
     @property
     def root(self) -> Path:
@@ -168,11 +177,11 @@ class Lab:
 
     @property
     def api_key(self) -> str:
-        return (ROOT / "artifacts" / "credentials" / "serving_router_api_key").read_text().strip()
+        return (self.base / "artifacts" / "credentials" / "serving_router_api_key").read_text().strip()
 
-    def release(self, **changes: Any) -> None:
-        """Ask for another release: the variables a change of the inventory would bring."""
-        self.variables.update(changes)
+    def ask_for(self, changes: dict[str, Any]) -> None:
+        """Ask for the release the initial variables with `changes` describe (the whole inventory)."""
+        self.variables = {**self.initial, **changes}
 
     def play(
         self, tags: str, *extra: str, playbook: Path = PLAYBOOK, timeout: int = 900
@@ -276,11 +285,12 @@ def new_lab(hub: Any, assets: Assets) -> Lab:
     shutil.copytree(ROOT / "inventory" / "rehearsal", inventory)
     names = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
              "serving_router_metrics_port")  # fmt: skip
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
+    ports = dict(zip(names, reserve_ports(len(names)), strict=True))
     # The appliance_tools role creates the state directory in a lab run; this test runs the sglang role alone.
     (base / "root" / "var/lib/pd-appliance").mkdir(parents=True)
     variables: dict[str, Any] = {
         **ports,
+        **private_artifacts(base),
         "appliance_root": str(base / "root"),
         "appliance_tools_venv": str(assets.tools_venv),
         "appliance_router_venv": sys.prefix,
@@ -303,4 +313,56 @@ def new_lab(hub: Any, assets: Assets) -> Lab:
         "release_keep": 2,
         "release_keep_checkpoint_revisions": 1,
     }
-    return Lab(base=base, assets=assets, hub=hub, inventory=inventory, variables=variables, ports=ports)
+    return Lab(base=base, assets=assets, hub=hub, inventory=inventory, variables=variables, ports=ports,
+               initial=dict(variables))  # fmt: skip
+
+
+# ---- the steps of test_release_rehearsal: actions and starting states --------------------------------
+def release_changes(lab: Lab, step: int) -> dict[str, Any]:
+    """The inventory changes (from the initial variables) that ask for step `step`'s release."""
+    standin = {
+        "sglang_version": STANDIN_VERSION,
+        "sglang_lock_dir": str(lab.assets.lock_standin),
+        "sglang_patch_series_dir": str(lab.assets.series_standin),
+    }
+    return {
+        1: {},
+        2: {"sglang_patch_series_dir": str(lab.assets.series_changed)},
+        # decode at 60 ms a token: bs=1 makes ~16 tok/s, below the rehearsal floor of 60
+        3: {**standin, "serving_env_decode": {"PD_SIM_TPOT_MS": "60"}},
+        4: standin,
+        5: standin,  # the rollback runs with the inventory of step 4
+    }[step]
+
+
+def act(lab: Lab, step: int, tags: str = "sglang,serve,validate") -> subprocess.CompletedProcess:
+    """Step `step`'s action (ask for its release, run its play or command) and, when it ended as it
+    should (step 3's play fails, the others succeed), record the state it left: Lab.reached[step]."""
+    lab.ask_for(release_changes(lab, step))
+    result = lab.cli("rollback") if step == 5 else lab.play("" if step == 1 else tags)
+    state = lab.state() if (lab.root / "var/lib/pd-appliance/releases/state.json").exists() else {}
+    if step == 3 and result.returncode != 0 and state.get("current") == lab.reached.get(2):
+        failed = [rid for rid, r in state["releases"].items() if r["status"] == "failed"]
+        if failed:
+            lab.reached[3] = failed[-1]
+    elif step != 3 and result.returncode == 0:
+        lab.reached[step] = state["current"]
+    return result
+
+
+def arrive(lab: Lab, step: int) -> None:
+    """Bring the lab to step `step`'s starting state: replay (once) the action of every earlier step
+    that has not recorded its state. A passing run finds them all recorded and replays nothing."""
+    for earlier in range(1, step):
+        if earlier in lab.reached:
+            continue
+        if earlier in lab.replayed:  # replayed for an earlier step already, in vain: not again
+            pytest.fail(f"step {step} cannot start: step {earlier}'s action failed, also when replayed")
+        lab.replayed.add(earlier)
+        # Step 4 as a replay installs the stand-in itself (its test relies on step 3's install).
+        result = act(lab, earlier)
+        if earlier not in lab.reached:
+            pytest.fail(
+                f"step {step} cannot start: step {earlier}'s action, replayed from the recorded state, "
+                f"did not end as it should (rc={result.returncode}):\n{result.stdout[-3000:]}"
+            )

@@ -13,6 +13,14 @@ One deployment (release_testlib.Lab), changed step by step as an operator would 
 6. Checkpoint commit B served corrupt by the Hub stand-in: the play fails at the checkpoint and every answer
    during it still comes from commit A; B served intact: the shards it shares with A are hard-linked from
    A, the workers switch to B, and A is removed only once the release on B is accepted.
+
+The steps do not cascade: each starts from a recorded starting state (Lab.reached: the release the
+previous step's action left current), not from the previous test having passed. A step whose action
+(its play) ended as it should records its state even when a later assertion of it fails, so the next
+step starts as usual; a step whose action did not is replayed once by the next step (arrive), and
+only if that replay fails too does the next step fail, naming the step it could not get past. A
+passing run replays nothing. Each step asks for its release from the lab's initial variables
+(Lab.ask_for), never from what an earlier, perhaps half-done step left behind.
 """
 
 from __future__ import annotations
@@ -26,7 +34,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from release_testlib import REPO_ID, SGLANG_VERSION, STANDIN_VERSION, Lab, build_assets, new_lab
+from release_testlib import (
+    REPO_ID,
+    SGLANG_VERSION,
+    STANDIN_VERSION,
+    Lab,
+    act,
+    arrive,
+    build_assets,
+    new_lab,
+    release_changes,
+)
 
 from pd_standins.hub import RehearsalHub, generate
 
@@ -70,7 +88,7 @@ def ok(result, what: str) -> None:
 
 
 def test_1_first_release_is_served_and_accepted(lab: Lab) -> None:
-    ok(lab.play(""), "first deploy")
+    ok(act(lab, 1), "first deploy")
     release = current(lab)
     assert release["status"] == "accepted"
     record = lab.record(release["id"])
@@ -91,18 +109,17 @@ def test_1_first_release_is_served_and_accepted(lab: Lab) -> None:
     report = json.loads((lab.base / "artifacts/report.json").read_text())
     assert report["metadata"]["release"]["localhost"]["id"] == release["id"]
     assert f"`{release['id']}`" in (lab.base / "artifacts/report.md").read_text()
-    lab.first = release["id"]  # type: ignore[attr-defined]
 
 
 def test_2_changed_patch_series_installs_beside_and_restarts_the_workers(lab: Lab) -> None:
-    before_pids, first = lab.pids(), lab.record(lab.first)  # type: ignore[attr-defined]
+    arrive(lab, 2)
+    before_pids, first = lab.pids(), lab.record(lab.reached[1])
     old_venv = Path(first["parts"]["sglang"]["venv"])
     old_marker = (old_venv / "pd-appliance-patches.json").stat().st_mtime_ns
-    lab.release(sglang_patch_series_dir=str(lab.assets.series_changed))
-    ok(lab.play("sglang,serve,validate"), "changed patch series")
+    ok(act(lab, 2), "changed patch series")
     release = current(lab)
     record = lab.record(release["id"])
-    assert release["id"] != lab.first and release["status"] == "accepted"  # type: ignore[attr-defined]
+    assert release["id"] != lab.reached[1] and release["status"] == "accepted"
     new_venv = Path(record["parts"]["sglang"]["venv"])
     assert new_venv != old_venv and new_venv.parent == old_venv.parent
     real_series = [
@@ -121,19 +138,13 @@ def test_2_changed_patch_series_installs_beside_and_restarts_the_workers(lab: La
     assert answered_by(lab)["venv"] == new_venv.name
     info = lab.worker("decode", "/server_info")["stands_in_for"]
     assert info["patch_series"][-1] == "0099-release-rehearsal.patch"
-    lab.second = release["id"]  # type: ignore[attr-defined]
 
 
 def test_3_failing_gate_rolls_back_and_the_old_release_answers(lab: Lab) -> None:
-    second = lab.record(lab.second)  # type: ignore[attr-defined]
-    lab.release(
-        sglang_version=STANDIN_VERSION,
-        sglang_lock_dir=str(lab.assets.lock_standin),
-        sglang_patch_series_dir=str(lab.assets.series_standin),
-        # decode at 60 ms a token: bs=1 makes ~16 tok/s, below the rehearsal floor of 60
-        serving_env_decode={"PD_SIM_TPOT_MS": "60"},
-    )
-    result = lab.play("sglang,serve,validate")
+    arrive(lab, 3)
+    second_id = lab.reached[2]
+    second = lab.record(second_id)
+    result = act(lab, 3)
     assert result.returncode != 0
     text = " ".join(result.stdout.split())
     failed = re.search(r"Release (r-[0-9a-f]{12}) \(sglang " + re.escape(STANDIN_VERSION), text)
@@ -142,9 +153,9 @@ def test_3_failing_gate_rolls_back_and_the_old_release_answers(lab: Lab) -> None
         "failed validation on localhost: validation failed for variant 'deployed': bs=1 output throughput"
         in text
     )
-    assert f"Rolled back to {lab.second}" in text and "re-validated: passed" in text  # type: ignore[attr-defined]
+    assert f"Rolled back to {second_id}" in text and "re-validated: passed" in text
     state = lab.state()
-    assert state["current"] == lab.second  # type: ignore[attr-defined]
+    assert state["current"] == second_id
     assert state["releases"][failed.group(1)]["status"] == "failed"
     assert "bs=1 output throughput" in state["releases"][failed.group(1)]["reason"]
     # Served again by release 2: its venv answers, and decode's request counter counts these requests.
@@ -155,15 +166,14 @@ def test_3_failing_gate_rolls_back_and_the_old_release_answers(lab: Lab) -> None
         assert answered_by(lab)["venv"] == Path(second["parts"]["sglang"]["venv"]).name
     assert lab.requests_served("decode") == counted + 5
     rollback_report = json.loads((lab.base / "artifacts/rollback/report.json").read_text())
-    assert (
-        rollback_report["passed"] and rollback_report["metadata"]["release"]["localhost"]["id"] == lab.second
-    )  # type: ignore[attr-defined]
+    assert rollback_report["passed"], rollback_report
+    assert rollback_report["metadata"]["release"]["localhost"]["id"] == second_id
     # The inventory still asks for the failed release: the serve stage refuses it and changes nothing.
     pids = lab.pids()
     refused = lab.play("serve")
     assert refused.returncode != 0
     assert f"Refused: release {failed.group(1)}" in " ".join(refused.stdout.split())
-    assert lab.pids() == pids and lab.state()["current"] == lab.second  # type: ignore[attr-defined]
+    assert lab.pids() == pids and lab.state()["current"] == second_id
     conf = lab.root / "etc/pd-appliance/supervisor/conf.d/decode.conf"
     assert conf.read_text() == second["parts"]["programs"]["decode"]["section"], (
         "the running sections are back"
@@ -171,47 +181,46 @@ def test_3_failing_gate_rolls_back_and_the_old_release_answers(lab: Lab) -> None
 
 
 def test_4_second_sglang_version_is_accepted_and_the_oldest_release_pruned(lab: Lab) -> None:
-    first_venv = lab.record(lab.first)["parts"]["sglang"]["venv"]  # type: ignore[attr-defined]
-    lab.variables.pop("serving_env_decode")
-    ok(lab.play("serve,validate"), "the stand-in SGLang version")
+    arrive(lab, 4)
+    first_id, second_id = lab.reached[1], lab.reached[2]
+    first_venv = lab.record(first_id)["parts"]["sglang"]["venv"]
+    # Step 3 installed the stand-in version (its release failed at the gate): serve and validate it.
+    ok(act(lab, 4, "serve,validate"), "the stand-in SGLang version")
     release = current(lab)
     assert release["status"] == "accepted"
     who = answered_by(lab)
     assert who["sglang"] == STANDIN_VERSION and who["venv"].startswith(STANDIN_VERSION + "-")
     state = lab.state()
-    assert state["accepted"] == [release["id"], lab.second]  # type: ignore[attr-defined]
-    assert state["releases"][lab.first]["status"] == "pruned"  # type: ignore[attr-defined]
+    assert state["accepted"] == [release["id"], second_id]
+    assert state["releases"][first_id]["status"] == "pruned"
     assert not Path(first_venv).exists(), "release_keep=2: the oldest release's venv is removed"
     assert Path(first_venv).name not in lab.venvs() and len(lab.venvs()) == 2
-    lab.third = release["id"]  # type: ignore[attr-defined]
 
 
 def test_5_manual_rollback_goes_back_to_0_5_23_and_status_names_it(lab: Lab) -> None:
+    arrive(lab, 5)
+    second_id = lab.reached[2]
     before = lab.pids()
-    result = lab.cli("rollback")
+    result = act(lab, 5)
     assert result.returncode == 0, result.stdout[-6000:]
-    assert lab.state()["current"] == lab.second  # type: ignore[attr-defined]
+    assert lab.state()["current"] == second_id
     assert answered_by(lab)["sglang"] == SGLANG_VERSION
     after = lab.pids()
     assert after["router"] == before["router"] and after["decode"] != before["decode"]
-    assert f"localhost: release {lab.second} accepted" in " ".join(result.stdout.split())  # type: ignore[attr-defined]
+    assert f"localhost: release {second_id} accepted" in " ".join(result.stdout.split())
     status = lab.cli("status")
     assert status.returncode == 0, status.stdout[-4000:]
-    assert re.search(rf"localhost: release {lab.second} \[accepted\] sglang {SGLANG_VERSION}", status.stdout)  # type: ignore[attr-defined]
+    assert re.search(rf"localhost: release {second_id} \[accepted\] sglang {SGLANG_VERSION}", status.stdout)
 
 
 def test_6_new_checkpoint_revision_serves_the_old_one_until_verified(lab: Lab) -> None:
+    arrive(lab, 6)
     commit_a, commit_b = lab.hub.repo.commit, lab.hub.extra[0].commit
-    lab.release(
-        sglang_version=SGLANG_VERSION,
-        sglang_lock_dir=str(lab.assets.lock_real),
-        sglang_patch_series_dir=str(lab.assets.series_changed),
-        checkpoint_revision=commit_b,
-        # This step proves the revision's verification and acceptance, not the regression gate (tests/bench
-        # and step 3 do): compared with step 1's figures on a busy 2-core machine, the rehearsal's C=16
-        # figure swung 16 % (CI, 2026-12-03) and the 15 % gate rolled the release back. The floors still gate.
-        validation_regression_tolerance=None,
-    )
+    # This step proves the revision's verification and acceptance, not the regression gate (tests/bench
+    # and step 3 do): compared with step 1's figures on a busy 2-core machine, the rehearsal's C=16
+    # figure swung 16 % (CI, 2026-12-03) and the 15 % gate rolled the release back. The floors still gate.
+    changes = {"validation_regression_tolerance": None, "checkpoint_revision": commit_b}
+    lab.ask_for({**release_changes(lab, 2), **changes})  # step 2's release (0.5.23), on commit B
     answers: list[tuple[int, str]] = []
     stop = threading.Event()
 

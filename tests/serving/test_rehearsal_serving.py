@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from serving_testlib import API_KEY, Deployment, _changed, _post, _stop_everything
 
-from pd_testlib import free_ports, run_playbook
+from pd_testlib import private_artifacts, reserve_ports, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +32,12 @@ RESTART_BOUND_S = 45.0
 def deployment(tmp_path_factory, repo_root):
     base = tmp_path_factory.mktemp("rehearsal")
     root = base / "root"
-    prefill, decode, bootstrap, router, metrics = free_ports(5)
+    prefill, decode, bootstrap, router, metrics = reserve_ports(5)
     variables = {
         "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
         "serving_prefill_port": prefill, "serving_decode_port": decode, "serving_bootstrap_port": bootstrap,
         "serving_router_port": router, "serving_router_metrics_port": metrics,
-        "serving_router_api_key": API_KEY,
+        "serving_router_api_key": API_KEY, **private_artifacts(base),
     }  # fmt: skip
     vars_file = base / "vars.json"
     vars_file.write_text(json.dumps(variables))

@@ -7,7 +7,6 @@ against the real smg in tests/faults (a request against a dead decode is retried
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from pd_appliance.serving.commands import (
     retry_window_s,
     router_argv,
 )
+from pd_testlib import reserve_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {
@@ -116,9 +116,7 @@ def test_real_smg_takes_the_default_argv() -> None:
              "remove_unhealthy_workers", "pd_admission_wait_secs", "health_check_timeout_secs"]  # fmt: skip
     settings = {**BASE, **{name: defaults[f"serving_router_{name}"] for name in names}}
     settings["outage_grace_s"] = settings.pop("worker_outage_grace_s")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        settings["port"] = s.getsockname()[1]
+    settings["port"] = reserve_ports(1)[0]
     argv = router_argv([str(Path(sys.executable).parent / "smg"), "launch"], settings)
     stop = ["--retry-max-retries", "0"]
     parsed = subprocess.run([*argv, *stop], capture_output=True, text=True, timeout=60, check=False)

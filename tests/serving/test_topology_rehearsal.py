@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from serving_testlib import API_KEY, Deployment, _changed, _post, _stop_everything
 
-from pd_testlib import free_ports, run_playbook
+from pd_testlib import private_artifacts, reserve_ports, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -103,11 +103,11 @@ def spread(layout: list[dict], names: list[str], router: str) -> dict[str, int]:
 def layout(tmp_path_factory):
     base = tmp_path_factory.mktemp("topology")
     root = base / "root"
-    router, metrics, *ports = free_ports(9)
+    router, metrics, *ports = reserve_ports(9)
     variables = {
         "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
         "serving_router_port": router, "serving_router_metrics_port": metrics,
-        "serving_router_api_key": API_KEY,
+        "serving_router_api_key": API_KEY, **private_artifacts(base),
     }  # fmt: skip
     vars_file = base / "vars.json"
     vars_file.write_text(json.dumps(variables))

@@ -19,7 +19,7 @@ import pytest
 from pd_appliance.model import deepseek_v4 as m
 from pd_standins.engine import cli, kv_pool
 from pd_standins.engine.server import SimConfig, serve
-from pd_testlib import DSV4_TEST_CONFIG, FAST_ENGINE_START, free_ports
+from pd_testlib import DSV4_TEST_CONFIG, FAST_ENGINE_START, reserve_ports
 
 CONFIG = DSV4_TEST_CONFIG
 SHAPE = m.DeepSeekV4Shape.from_config(CONFIG)
@@ -99,7 +99,7 @@ def test_decode_admission_is_the_prompts_pages_plus_the_reserved_decode_tokens()
 
 
 async def _sixteen_at_once(decode_tokens: int | None, max_running: int | None) -> tuple[int, int, list[int]]:
-    bootstrap, p_port, d_port = free_ports(3)
+    bootstrap, p_port, d_port = reserve_ports(3)
     common = {
         "ttft_s": 0.05,
         "tpot_s": 0.02,
@@ -182,7 +182,7 @@ def test_the_engine_sizes_its_pool_from_the_model_directory(tmp_path: Path) -> N
     kv_bytes = 64_000_000  # what the weights leave: 64 MB of KV, 9,000 tokens at 7 KB
     with (model / "model-00001-of-00001.safetensors").open("wb") as shard:
         shard.truncate(_weights_leaving(kv_bytes))  # sparse: the size, not the disk
-    port = free_ports(1)[0]
+    port = reserve_ports(1)[0]
     env = {
         **os.environ,
         **FAST_ENGINE_START,

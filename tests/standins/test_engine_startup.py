@@ -18,7 +18,7 @@ from pd_standins.engine import cli, launch_checks, startup
 from pd_standins.engine.launch_checks import LaunchRefused
 from pd_standins.gpus import simulated_gpu
 from pd_standins.hub import generate
-from pd_testlib import free_ports
+from pd_testlib import reserve_ports
 
 WORKER = str(Path(sys.executable).parent / "pd-sim-worker")
 
@@ -138,7 +138,7 @@ def _closed(port: int) -> bool:
 
 
 def test_the_port_opens_after_the_start_up_and_health_is_503_through_warm_up(tmp_path: Path) -> None:
-    port = free_ports(1)[0]
+    port = reserve_ports(1)[0]
     env = {
         **os.environ,
         "HOME": str(tmp_path),

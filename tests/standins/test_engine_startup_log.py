@@ -15,7 +15,7 @@ import pytest
 from pd_appliance.serving import startup_log as parser
 from pd_standins.engine import cli
 from pd_standins.engine import startup_log as engine
-from pd_testlib import FAST_ENGINE_START, free_ports
+from pd_testlib import FAST_ENGINE_START, reserve_ports
 
 # The real checkpoint's shape for what SGLang decides on (srt/configs/model_config.py: quant_algo
 # MIXED_PRECISION + moe_quant_algo NVFP4 + group_size make it a hybrid FP8+NVFP4 checkpoint).
@@ -102,7 +102,7 @@ def test_a_prefill_captures_no_decode_graph(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_the_engine_process_writes_the_lines_in_sglangs_logger_format(tmp_path: Path) -> None:
-    (port,) = free_ports(1)
+    (port,) = reserve_ports(1)
     argv = ["--model-path", model(tmp_path, HYBRID), "--disaggregation-mode", "decode", *PD,
             "--moe-runner-backend", "flashinfer_cutlass", "--port", str(port),
             "--api-key", "sekrit-key"]  # fmt: skip

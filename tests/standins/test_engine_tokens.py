@@ -9,7 +9,7 @@ requests run at once, as SGLang's scheduler does, and sglang:num_running_reqs sh
 from __future__ import annotations
 
 import asyncio
-import socket
+import contextlib
 from pathlib import Path
 
 import aiohttp
@@ -54,37 +54,51 @@ def test_the_engine_counts_and_streams_tokens_of_the_model_directory(tmp_path: P
     assert TokenCounter.for_model(str(tmp_path / "nowhere")).count("x" * 40) == 10  # no tokenizer: ~4 chars
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def _peak_running(max_running: int, concurrency: int) -> tuple[float, float]:
-    config = SimConfig(role="null", port=_port(), ttft_s=0.01, tpot_s=0.02, max_running_requests=max_running)
+    """The engine's running and queued gauges once every request has arrived: polled on the engine's
+    own figures (running + queued == concurrency) while no request has finished yet, not after a sleep
+    that a busy machine can make too short (not all arrived) or too long (the first wave done)."""
+    config = SimConfig(role="null", port=0, ttft_s=0.01, tpot_s=0.02, max_running_requests=max_running)
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(serve(config, ready=ready, stop=stop))
     await asyncio.wait_for(ready.wait(), 5)
     base = f"http://127.0.0.1:{config.port}"
-    body = {"model": "m", "prompt": "hello", "max_tokens": 20, "ignore_eos": True}
+    # Requests of 10 s: none finishes while the gauges are read, however busy the machine; they are
+    # cancelled once read, so the test does not wait them out.
+    body = {"model": "m", "prompt": "hello", "max_tokens": 500, "ignore_eos": True}
+    finished = 0
     try:
         async with aiohttp.ClientSession() as session:
 
             async def one() -> None:
+                nonlocal finished
                 async with session.post(f"{base}/v1/completions", json=body) as response:
                     assert response.status == 200
                     await response.read()
+                finished += 1
 
             requests = asyncio.gather(*(one() for _ in range(concurrency)))
-            await asyncio.sleep(0.2)
-            async with session.get(f"{base}/metrics") as response:
-                text = await response.text()
-            await requests
-        queued = next(s.value for line in [text] for s in _samples(line) if s.name == "sglang:num_queue_reqs")
-        return running_requests(text), queued
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:
+                async with session.get(f"{base}/metrics") as response:
+                    text = await response.text()
+                running, queued = running_requests(text), _gauge(text, "sglang:num_queue_reqs")
+                if running + queued == concurrency or finished:
+                    break
+                assert asyncio.get_running_loop().time() < deadline, (running, queued)
+                await asyncio.sleep(0.005)
+            assert not finished, "a request finished before all had arrived: the figures say nothing"
+            requests.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await requests
+        return running, queued
     finally:
         stop.set()
         await task
+
+
+def _gauge(text: str, name: str) -> float:
+    return next(s.value for s in _samples(text) if s.name == name)
 
 
 def _samples(text: str):

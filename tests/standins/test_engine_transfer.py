@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pd_standins.engine.transfer import RankPorts, TransferError, local_ip
-from pd_testlib import free_ports
+from pd_testlib import reserve_ports
 
 
 def test_local_ip_is_chosen_as_sglangs_get_local_ip_auto() -> None:
@@ -45,7 +45,7 @@ def test_each_rank_gets_an_os_chosen_port_and_the_kv_moves_both_ways() -> None:
 
 
 def test_a_blocked_prefill_rank_port_fails_the_decode_naming_it() -> None:
-    closed = free_ports(1)[0]
+    closed = reserve_ports(1)[0]
 
     async def run() -> None:
         decode = RankPorts("127.0.0.1", 1)
@@ -60,7 +60,7 @@ def test_a_blocked_prefill_rank_port_fails_the_decode_naming_it() -> None:
 
 
 def test_a_blocked_decode_rank_port_fails_the_prefill_and_times_the_decode_out() -> None:
-    closed = free_ports(1)[0]
+    closed = reserve_ports(1)[0]
 
     async def run() -> tuple[bool, str]:
         prefill, decode = await _pair(1, 1)

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import random
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -23,20 +22,19 @@ from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Pair:
+    """A prefill and a decode served in-process on ports the kernel chose (port 0, read back by serve)."""
+
     def __init__(self, ttft_s: float, tpot_s: float, api_key: str | None = None) -> None:
-        self.bootstrap = _free_port()
         canned = CannedCompletions.from_mapping({"The capital of France is": " Paris."})
         common = dict(ttft_s=ttft_s, tpot_s=tpot_s, api_key=api_key, canned=canned, rendezvous_timeout_s=2.0,
-                      served_model_name="dsv4-flash", bootstrap_port=self.bootstrap)  # fmt: skip
-        self.prefill = SimConfig(role="prefill", port=_free_port(), **common)
-        self.decode = SimConfig(role="decode", port=_free_port(), **common)
+                      served_model_name="dsv4-flash", port=0, bootstrap_port=0)  # fmt: skip
+        self.prefill = SimConfig(role="prefill", **common)
+        self.decode = SimConfig(role="decode", **common)
+
+    @property
+    def bootstrap(self) -> int:
+        return self.prefill.bootstrap_port
 
     def url(self, config: SimConfig, path: str) -> str:
         return f"http://127.0.0.1:{config.port}{path}"
@@ -201,7 +199,7 @@ def test_api_key_guards_all_but_health() -> None:
 
 
 async def _api_key_scenario() -> None:
-    config = SimConfig(role="null", port=_free_port(), api_key="s3cret", ttft_s=0.0, tpot_s=0.0)
+    config = SimConfig(role="null", port=0, api_key="s3cret", ttft_s=0.0, tpot_s=0.0)
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(serve(config, ready=ready, stop=stop))
     await ready.wait()
@@ -226,13 +224,18 @@ async def _api_key_scenario() -> None:
 async def test_sixteen_concurrent_streams_are_paced_not_serialised(pair: Pair) -> None:
     tokens = 50
     async with aiohttp.ClientSession() as session:
+        # The reference, on this machine now: one stream alone (TTFT + 49 x TPOT, about 0.45 s idle).
+        started = time.monotonic()
+        await _pd(session, pair, "/v1/completions", _stream_body("alone", tokens))
+        alone = time.monotonic() - started
         started = time.monotonic()
         await asyncio.gather(
             *[_pd(session, pair, "/v1/completions", _stream_body(f"p{i}", tokens)) for i in range(16)]
         )
         elapsed = time.monotonic() - started
-    # One stream alone takes TTFT + 49 x TPOT (about 0.45 s); 16 in parallel must not take 16x that.
-    assert elapsed < 0.2 + tokens * 0.005 * 4
+    # 16 paced in parallel take about one stream's time; serialised they would take 16 x (8.6 x with
+    # the TTFTs overlapping). 4 x the reference leaves the machine's load its room and still fails that.
+    assert elapsed < 4 * alone, (elapsed, alone)
 
 
 def _stream_body(prompt: str, tokens: int) -> dict:

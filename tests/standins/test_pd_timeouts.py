@@ -11,7 +11,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,15 +23,14 @@ from pathlib import Path
 
 from pd_standins.engine.bootstrap import PdTimeouts
 from pd_standins.engine.cli import config_from_args
-from pd_testlib import FAST_ENGINE_START
+from pd_testlib import FAST_ENGINE_START, reserve_ports
 
 WORKER = str(Path(sys.executable).parent / "pd-sim-worker")
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port this test process reserved (pd_testlib.reserve_ports), not one bound and let go."""
+    return reserve_ports(1)[0]
 
 
 @contextmanager
@@ -84,6 +82,18 @@ def _samples(metrics: str) -> dict[str, str]:
     return {line.split("{")[0]: line.rsplit(" ", 1)[1] for line in metrics.splitlines() if "{" in line}
 
 
+def _wait_gauge(port: int, name: str, value: str, timeout_s: float = 30) -> None:
+    """Wait until the worker's own gauge says `value`: the state the next step needs, not a sleep."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        seen = _samples(metrics)[name]
+        if seen == value:
+            return
+        assert time.monotonic() < deadline, f"{name} stayed {seen}, not {value}, for {timeout_s} s"
+        time.sleep(0.02)
+
+
 def test_the_cli_reads_sglangs_variables_with_sglangs_floors(monkeypatch) -> None:
     for name, value in _env(bootstrap_timeout="120", waiting_timeout="90", heartbeat_interval="0.5",
                             heartbeat_max_failure="0").items():  # fmt: skip
@@ -106,12 +116,14 @@ def test_the_prefill_answers_once_the_decode_took_the_room() -> None:
         ThreadPoolExecutor(1) as pool,
     ):
         room = random.getrandbits(63)
-        prefill_leg = pool.submit(_post, prefill, _body(bootstrap, room))
-        time.sleep(1.0)
+        prefill_leg = pool.submit(lambda: (*_post(prefill, _body(bootstrap, room)), time.monotonic()))
+        # Prefilled, its KV waiting in the inflight queue for a decode: it must not have answered.
+        _wait_gauge(prefill, "sglang:num_prefill_inflight_queue_reqs", "1.0")
         assert not prefill_leg.done(), "the prefill answered before a decode took its KV"
+        decode_sent = time.monotonic()
         decode_status, _, _ = _post(decode, _body(bootstrap, room))
-        status, _, elapsed = prefill_leg.result()
-    assert (status, decode_status) == (200, 200) and elapsed >= 1.0
+        status, _, _, answered = prefill_leg.result()
+    assert (status, decode_status) == (200, 200) and answered >= decode_sent
 
 
 def test_a_room_no_decode_takes_fails_at_the_bootstrap_timeout() -> None:
@@ -135,7 +147,7 @@ def test_a_dead_prefill_fails_the_waiting_decode_after_the_missed_heartbeats() -
         ThreadPoolExecutor(1) as pool,
     ):
         decode_leg = pool.submit(_post, decode, _body(bootstrap, 11))  # its prefill never comes
-        time.sleep(0.5)
+        _wait_gauge(decode, "sglang:num_decode_transfer_queue_reqs", "1.0")  # the decode waits for it
         prefill_proc.send_signal(signal.SIGKILL)
         killed = time.monotonic()
         status, text, _ = decode_leg.result()
@@ -151,7 +163,7 @@ def test_a_prefill_back_within_the_heartbeat_leaves_the_room_to_the_waiting_time
     with _worker("decode", decode, bootstrap, env), ThreadPoolExecutor(1) as pool:
         with _worker("prefill", prefill, bootstrap, env) as first:
             decode_leg = pool.submit(_post, decode, _body(bootstrap, 13))
-            time.sleep(0.5)
+            _wait_gauge(decode, "sglang:num_decode_transfer_queue_reqs", "1.0")
             first.send_signal(signal.SIGKILL)
             first.wait()
         # A restarted prefill answers the heartbeat but never heard of the room (as in SGLang).

@@ -37,7 +37,7 @@ import pytest
 
 from pd_appliance.bench.workload import load_tokenizer, synthetic_prompt
 from pd_standins.hub import generate
-from pd_testlib import free_ports, run_playbook
+from pd_testlib import reserve_ports, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def uptimes(config: Path) -> dict[str, str]:
 def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
     tmp_path: Path, rehearsal_inventory_copy: Path
 ) -> None:
-    prefill, decode, bootstrap, router, metrics = free_ports(5)
+    prefill, decode, bootstrap, router, metrics = reserve_ports(5)
     venv = str(BIN.parent)
     # supervisord's unix socket path must stay under ~108 bytes: pytest's tmp_path is too deep.
     run_dir = tempfile.mkdtemp(prefix="pdv-", dir="/tmp")

@@ -666,7 +666,9 @@ def _event(payload: dict[str, Any]) -> bytes:
 async def serve(
     config: SimConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
 ) -> None:
-    """Run the HTTP server (and, for the prefill role, the bootstrap listener) until `stop` is set."""
+    """Run the HTTP server (and, for the prefill role, the bootstrap listener) until `stop` is set.
+    A port of 0 lets the kernel choose and is written back into `config` before `ready` is set: a
+    test that starts the server in-process owns its listening socket instead of guessing a free port."""
     worker = SimWorker(config)
     # A client that goes away aborts its request, as in SGLang (smg drops the other leg of a pair
     # whose first leg failed): without it, aiohttp would keep a decode waiting for a room that
@@ -675,6 +677,8 @@ async def serve(
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
+    if config.port == 0:  # the kernel chose: written back, so the caller reads it once `ready` is set
+        config.port = runner.addresses[0][1]
     if config.role in ("prefill", "decode"):
         worker.transfer = RankPorts(local_ip(), config.tp_size)
         await worker.transfer.open()
@@ -684,6 +688,8 @@ async def serve(
         bootstrap = await asyncio.start_server(
             worker.rooms.handle_connection, config.host, config.bootstrap_port
         )
+        if config.bootstrap_port == 0:
+            config.bootstrap_port = bootstrap.sockets[0].getsockname()[1]
     if ready is not None:
         ready.set()
     try:

@@ -1,0 +1,43 @@
+"""reserve_ports (pd_testlib): ports outside the kernel's ephemeral range, never the same for two test
+processes at once, never one something already listens on, and never an appliance default port."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pd_testlib
+from pd_testlib import _appliance_default_ports, _ephemeral_range, reserve_ports
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_reserved_ports_are_outside_the_ephemeral_range_and_the_defaults() -> None:
+    low, high = _ephemeral_range()
+    ports = reserve_ports(20)
+    assert len(set(ports)) == 20
+    assert not any(low <= p <= high for p in ports), (low, high, ports)
+    assert not set(ports) & _appliance_default_ports()
+    assert {29000, 30000, 30001} <= _appliance_default_ports(), "the rehearsal's defaults are read"
+
+
+def test_another_process_never_gets_a_port_this_one_holds() -> None:
+    mine = set(reserve_ports(200))
+    # Another test process (an xdist worker), asking for as many, while this one holds them.
+    code = "from pd_testlib import reserve_ports; print(' '.join(map(str, reserve_ports(200))))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=60,
+                         check=True, env={"PYTHONPATH": str(HERE), "PATH": ""}).stdout  # fmt: skip
+    theirs = set(map(int, out.split()))
+    assert len(theirs) == 200 and not mine & theirs
+
+
+def test_a_port_someone_listens_on_is_skipped(monkeypatch) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        busy = listener.getsockname()[1]
+        pool = pd_testlib._port_pool()
+        monkeypatch.setattr(pd_testlib, "_port_pool", lambda: [busy, *pool])
+        assert busy not in reserve_ports(1)
