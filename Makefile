@@ -65,8 +65,8 @@ syntax: venv
 	$(BIN)/ansible-playbook --syntax-check site.yml -i inventory/rehearsal
 	$(BIN)/ansible-playbook --syntax-check site.yml -i inventory/lab
 
-# Two workers, a group of files each (--dist loadgroup; tests/conftest.py makes every file a group,
-# and puts the files sharing one converged rehearsal in one): a file's module-scoped deployment stays
+# Two workers, a group of files each (--dist loadfile; tests/conftest.py's scheduler hands the files
+# sharing one converged rehearsal to one worker together): a file's module-scoped deployment stays
 # on one worker. The rehearsal tests spend much of their time waiting on programs, so two share 2
 # cores well. --no-loadscope-reorder keeps the order tests/conftest.py sets (longest groups first;
 # xdist would otherwise order them by their number of tests). PYTEST_WORKERS=0 runs serially.
@@ -74,7 +74,7 @@ syntax: venv
 # (tests/skip_gate.py), so a missing system package, wheel or dockerd cannot turn tests into skips.
 PYTEST_WORKERS ?= 2
 pytest: venv wheels
-	PD_FAIL_ON_UNDECLARED_SKIP=1 PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
+	PD_FAIL_ON_UNDECLARED_SKIP=1 PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 molecule: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s default

@@ -51,8 +51,9 @@ def _copy_rehearsal_inventory(base: Path) -> Path:
     return target
 
 
-# Files that share a module-level or session-level setup run on one xdist worker (`make pytest`
-# runs `--dist loadgroup`; every other file is a group of its own, as with `--dist loadfile`).
+# Files that share a module-level or session-level setup run on one xdist worker: with `--dist
+# loadfile` (make pytest) the scheduler below treats each group as one file; every other file is a
+# group of its own.
 SHARED_GROUPS = {
     **dict.fromkeys(SHARING_FILES, XDIST_GROUP),
     # test_model_resolution imports test_server_args' rendered command lines and parser venv.
@@ -81,17 +82,33 @@ def _group(item: pytest.Item) -> str:
     return SHARED_GROUPS.get(path, path)
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadfile`, with the files of a SHARED_GROUPS group handed to one worker as one unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupedFileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return GroupedFileScheduling(config, log)
+
+
+def _group(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return SHARED_GROUPS.get(path, path)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test in its file's xdist group; the longest groups first, in LONGEST_FIRST's order, the
-    rest keep their order (a stable sort), and a group's tests stay together."""
+    """The longest groups first, in LONGEST_FIRST's order; the rest keep their order (a stable
+    sort), and a group's tests stay together."""
     first_seen: dict[str, int] = {}
     for index, item in enumerate(items):
-        group = _group(item)
-        first_seen.setdefault(group, index)
-        item.add_marker(pytest.mark.xdist_group(name=group))
+        first_seen.setdefault(_group(item.nodeid), index)
 
     def rank(item: pytest.Item) -> tuple[int, int]:
-        group = _group(item)
+        group = _group(item.nodeid)
         listed = LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
         return (listed, first_seen[group])
 

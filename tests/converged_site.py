@@ -8,7 +8,7 @@ three. The converge is the one a user runs: `pd-appliance deploy -i <inventory>`
 and Hub token on the command line (the CLI path whose records the README promises are redacted), the
 supervisor's inet password in an `-e @file`, monitoring on, every port private.
 
-tests/conftest.py puts the three files in one xdist group, so one worker runs them all against the
+tests/conftest.py hands the three files to one xdist worker together, which runs them all against the
 session-scoped fixture `converged_site`; run alone, a file converges it for itself.
 """
 

@@ -54,6 +54,8 @@ class RunSummary:
     failures: list[str] = field(default_factory=list)
     # host -> the release line the status play printed (roles/release, tasks/status.yml)
     releases: dict[str, str] = field(default_factory=dict)
+    # (host, controller path) of each validation report this run fetched (roles/validation, report.yml)
+    reports: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -62,6 +64,18 @@ class RunSummary:
 
 # The task of roles/release/tasks/status.yml whose message is a host's release line.
 RELEASE_TASK = "Show the release"
+# The task of roles/validation/tasks/report.yml that fetches each report to the controller (a loop).
+REPORT_FETCH_TASK = "Fetch the report to the controller"
+
+
+def _fetched_reports(res: dict[str, Any]) -> list[str]:
+    """The report.json files a fetch loop's result names (each item's `dest`)."""
+    items = res.get("results") or [res]
+    return [
+        str(i["dest"])
+        for i in items
+        if isinstance(i, dict) and str(i.get("dest", "")).endswith("report.json")
+    ]
 
 
 def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
@@ -84,6 +98,10 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
             msg = (data.get("res") or {}).get("msg")
             if msg:
                 summary.releases[str(data.get("host"))] = str(msg)
+        elif kind == "runner_on_ok" and str(data.get("task", "")).endswith(REPORT_FETCH_TASK):
+            host = str(data.get("host"))
+            fetched = [(host, r) for r in _fetched_reports(data.get("res") or {})]
+            summary.reports += [r for r in fetched if r not in summary.reports]
         elif kind == "runner_on_unreachable":
             summary.failures.append(f"{data.get('host')}: unreachable during {data.get('task')}")
         elif kind == "playbook_on_stats":
@@ -106,39 +124,29 @@ def read_events(run_dir: Path) -> Iterator[dict[str, Any]]:
             continue
 
 
-def run_started(run_dir: Path) -> float | None:
-    """When a run began, from its directory's name (<UTC stamp>-<command>); None if it has none."""
-    stamp = run_dir.name.split("-", 1)[0]
-    try:
-        return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=dt.timezone.utc).timestamp()
-    except ValueError:
-        return None
-
-
-def validation_figures(root: Path, since: float | None = None) -> list[str]:
-    """One line per validation report on the controller (artifacts/validation/<host>/report.json)
-    written since `since`: a report an earlier run left behind says nothing about this one."""
+def validation_figures(reports: Iterable[tuple[str, str]]) -> list[str]:
+    """One line per gate of each validation report this run fetched to the controller (wherever
+    validation_artifacts_dir put it): a report another run left behind says nothing about this one."""
     lines = []
-    for report in sorted((root / "artifacts" / "validation").glob("*/report.json")):
-        if since is not None and report.stat().st_mtime < since:
-            continue
+    for fetched_by, path in reports:
+        report = Path(path)
         try:
             data = json.loads(report.read_text())
         except (OSError, json.JSONDecodeError):
             continue
         verdict = "PASS" if data.get("passed") else "FAIL"
         for host, rel in sorted(((data.get("metadata") or {}).get("release") or {}).items()):
-            lines.append(f"  {report.parent.name}: release on {host}: {rel.get('id')} ({rel.get('status')})")
+            lines.append(f"  {fetched_by}: release on {host}: {rel.get('id')} ({rel.get('status')})")
         for gate in data.get("gates", []):
             lines.append(
-                f"  {report.parent.name}: {gate.get('name')}: {gate.get('measured')} "
+                f"  {fetched_by}: {gate.get('name')}: {gate.get('measured')} "
                 f"(limit {gate.get('limit')}) {'ok' if gate.get('passed') else 'FAILED'}"
             )
-        lines.append(f"  {report.parent.name}: validation {verdict} ({report})")
+        lines.append(f"  {fetched_by}: validation {verdict} ({report})")
     return lines
 
 
-def render_summary(summary: RunSummary, run_dir: Path, root: Path) -> str:
+def render_summary(summary: RunSummary, run_dir: Path) -> str:
     """The one screen a user reads at the end of a run."""
     width = 72
     out = ["=" * width, f"pd-appliance run: {summary.status} (rc={summary.rc})", f"artifacts: {run_dir}"]
@@ -156,7 +164,7 @@ def render_summary(summary: RunSummary, run_dir: Path, root: Path) -> str:
     if summary.releases:
         out.append("releases:")
         out += [f"  {host}: {line}"[:400] for host, line in sorted(summary.releases.items())]
-    figures = validation_figures(root, since=run_started(run_dir))
+    figures = validation_figures(summary.reports)
     if figures:
         out.append("validation:")
         out += figures
@@ -336,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc_file = ns.run_dir / "artifacts" / "run" / "rc"
         summary.status = status_file.read_text().strip() if status_file.exists() else "unknown"
         summary.rc = int(rc_file.read_text()) if rc_file.exists() else None
-        print(render_summary(summary, ns.run_dir, root))
+        print(render_summary(summary, ns.run_dir))
         return 0 if summary.ok else 1
     variables = private_extra_vars(ns.extra_vars)
     with tempfile.TemporaryDirectory(prefix="pd-appliance-") as private:
@@ -349,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             root, ns.command, ns.inventory, extra_args_from(ns, vars_file), quiet=ns.quiet
         )
     scrub_values(run_dir, secret_values(variables))
-    print(render_summary(summary, run_dir, root))
+    print(render_summary(summary, run_dir))
     return 0 if summary.ok else 1
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,8 +47,15 @@ def test_summary_counts_stages_changes_and_failures():
     assert summary.failures == ["h1: Wait for decode: decode; not healthy"]
 
 
-def test_summary_screen_shows_validation_figures(tmp_path: Path):
-    report_dir = tmp_path / "artifacts" / "validation" / "node1"
+def _fetch_event(*dests: Path) -> dict:
+    """What roles/validation's fetch loop reports (runner_on_ok of the loop, an item per file)."""
+    results = [{"dest": str(d), "changed": True} for d in dests]
+    return {"event": "runner_on_ok", "event_data": {"host": "node1", "res": {"results": results},
+            "task": "validation : Fetch the report to the controller"}}  # fmt: skip
+
+
+def test_summary_screen_shows_the_validation_figures_of_the_reports_this_run_fetched(tmp_path: Path):
+    report_dir = tmp_path / "elsewhere" / "validation" / "node1"  # validation_artifacts_dir set by the user
     report_dir.mkdir(parents=True)
     (report_dir / "report.json").write_text(
         json.dumps(
@@ -62,27 +68,29 @@ def test_summary_screen_shows_validation_figures(tmp_path: Path):
             }
         )
     )
-    summary = cli.summarize_events(events())
+    summary = cli.summarize_events(
+        [*events(), _fetch_event(report_dir / "report.md", report_dir / "report.json")]
+    )
     summary.status, summary.rc = "failed", 2
-    screen = cli.render_summary(summary, tmp_path / "run", tmp_path)
+    screen = cli.render_summary(summary, tmp_path / "run")
     assert "stages: Preflight - validate -> Serve - supervisor" in screen
     assert "c16 output tok/s: 90.0 (limit 100.0) FAILED" in screen
-    assert "validation FAIL" in screen
+    assert "node1: validation FAIL" in screen
     assert len(screen.splitlines()) < 40
 
 
-def test_summary_leaves_out_reports_older_than_the_run(tmp_path: Path):
+def test_summary_leaves_out_reports_this_run_did_not_fetch(tmp_path: Path):
+    """A report in the checkout's artifacts/ from another run (another inventory, a concurrent run)
+    says nothing about this one, however recent."""
     report = tmp_path / "artifacts" / "validation" / "node1" / "report.json"
     report.parent.mkdir(parents=True)
     report.write_text(
         json.dumps({"passed": True, "gates": [{"name": "g", "measured": 1, "limit": 0, "passed": True}]})
     )
-    os.utime(report, (1_000_000_000, 1_000_000_000))  # 2001: an earlier run's report
     run_dir = tmp_path / "artifacts" / "runs" / "20261203T060256.168987Z-deploy"
-    summary = cli.summarize_events(events())
-    assert "validation" not in cli.render_summary(summary, run_dir, tmp_path)
-    os.utime(report, None)  # written now, during the run
-    assert "node1: validation PASS" in cli.render_summary(summary, run_dir, tmp_path)
+    assert "validation" not in cli.render_summary(cli.summarize_events(events()), run_dir)
+    fetched = cli.summarize_events([*events(), _fetch_event(report)])
+    assert "node1: validation PASS" in cli.render_summary(fetched, run_dir)
 
 
 def test_scrub_secrets_redacts_tokens(tmp_path: Path):
