@@ -13,7 +13,12 @@ import yaml
 from converged_site import SHARING_FILES, XDIST_GROUP, ConvergedSite, converge
 from pd_testlib import ROOT, free_ports
 
-MONITORING_PORTS = ("monitoring_prometheus_port", "monitoring_node_exporter_port", "monitoring_gpu_exporter_port")
+# The monitor stage opens these too; preflight refuses any port of the host's programs another process holds.
+MONITORING_PORTS = (
+    "monitoring_prometheus_port",
+    "monitoring_node_exporter_port",
+    "monitoring_gpu_exporter_port",
+)
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +49,6 @@ def converged_site() -> Iterator[ConvergedSite]:
 def _copy_rehearsal_inventory(base: Path) -> Path:
     target = base / "inventory" / "rehearsal"
     shutil.copytree(ROOT / "inventory" / "rehearsal", target)
-    # The monitor stage's ports too: preflight refuses any port of the host's programs held by another process.
     names = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
              "serving_router_metrics_port", *MONITORING_PORTS)  # fmt: skip
     ports = dict(zip(names, free_ports(len(names)), strict=True))
