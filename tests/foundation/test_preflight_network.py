@@ -79,7 +79,7 @@ def test_a_port_held_by_a_foreign_process_is_refused(held_port: int) -> None:
 def test_a_free_port_passes(held_port: int) -> None:
     listeners, processes = _host_tables()
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind(("0.0.0.0", 0))  # the wildcard: no listener on any address holds this port
         free = probe.getsockname()[1]  # bound, not listening: ss -l does not list it
     assert preflight.listener_errors("h", {"serving_decode_port": free}, listeners, processes, None) == []
 
