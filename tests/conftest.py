@@ -17,6 +17,7 @@ from pd_testlib import ROOT, private_artifacts, rehearsal_ports
 pytest_plugins = ["skip_gate"]
 
 
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT

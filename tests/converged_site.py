@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -63,9 +64,14 @@ class CmdlineSampler(threading.Thread):
         self.hits: list[str] = []
         self.samples = 0
         self.user_command = "\0"  # set to the start of the user's own command line
+        # `pd-appliance deploy`'s private -e file(s) seen meanwhile: path -> mode (README: 0600).
+        self.extra_vars_modes: dict[str, int] = {}
 
     def run(self) -> None:
         while not self.stop.is_set():
+            for private in Path(tempfile.gettempdir()).glob("pd-appliance-*/extra-vars.json"):
+                with contextlib.suppress(OSError):
+                    self.extra_vars_modes[str(private)] = stat.S_IMODE(private.stat().st_mode)
             for proc in Path("/proc").glob("[0-9]*"):
                 with contextlib.suppress(OSError):
                     cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -88,6 +94,7 @@ class ConvergedSite:
     runs_before: set[Path]
     fresh_check: subprocess.CompletedProcess[str] | None = None
     deploy: subprocess.CompletedProcess[str] | None = None
+    started: float = field(default_factory=time.time)  # before the first play: the /tmp scan's start
     created_by_check: list[str] = field(default_factory=list)  # what the fresh check left on disk
     outputs: list[str] = field(default_factory=list)  # every play's output, for the secrets scan
 

@@ -93,6 +93,22 @@ def pd_preflight_host_ports(variables: dict[str, Any], groups: list[str]) -> dic
     return preflight.host_ports(groups, variables)
 
 
+def pd_preflight_secret_errors(values: dict[str, Any], host: str, groups: list[str]) -> list[str]:
+    return preflight.secret_errors(
+        host,
+        bool(set(groups) & {"prefill", "decode"}),
+        str(values.get("serving_worker_bind_host", "")),
+        preflight.truthy(values.get("serving_worker_require_api_key", True)),
+        preflight.truthy(values.get("serving_router_api_key_set", False)),
+        int(values.get("serving_supervisor_inet_port") or 0),
+        preflight.truthy(values.get("serving_supervisor_inet_password_set", False)),
+    )
+
+
+def pd_preflight_socket_path_errors(path: str, host: str) -> list[str]:
+    return preflight.socket_path_errors(host, path)
+
+
 def pd_preflight_memory_errors(
     variables: dict[str, Any],
     host: str,
@@ -130,4 +146,6 @@ class FilterModule:
             "pd_preflight_listener_errors": pd_preflight_listener_errors,
             "pd_preflight_host_ports": pd_preflight_host_ports,
             "pd_preflight_memory_errors": pd_preflight_memory_errors,
+            "pd_preflight_secret_errors": pd_preflight_secret_errors,
+            "pd_preflight_socket_path_errors": pd_preflight_socket_path_errors,
         }

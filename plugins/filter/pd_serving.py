@@ -79,6 +79,7 @@ class FilterModule:
             "pd_serving_sglang_argv": _wrap(commands.sglang_argv),
             "pd_serving_router_argv": _wrap(commands.router_argv),
             "pd_serving_worker_url": _wrap(commands.worker_url),
+            "pd_serving_admission_wait_errors": _wrap(commands.admission_wait_errors),
             "pd_serving_caches_outside": _wrap(runtime_env.caches_outside),
             "pd_serving_release_caches": _wrap(runtime_env.release_caches),
         }

@@ -49,6 +49,11 @@ def pd_source_url_errors(url: str, host: str, variable: str, covered_by: str = "
     return sources.url_errors(host, variable, url or "", covered_by)
 
 
+def pd_sha256_errors(value: str, host: str, variable: str, url: str) -> list[str]:
+    """A tarball's sha256 variable: 64 hex digits, or one message naming the variable and the URL."""
+    return sources.sha256_errors(host, variable, value, url)
+
+
 def pd_is_commit(ref: str) -> bool:
     """A full 40-hex git commit id."""
     return sources.is_commit(str(ref))
@@ -125,6 +130,7 @@ class FilterModule:
             "pd_sglang_python_choice": pd_sglang_python_choice,
             "pd_sglang_python_errors": pd_sglang_python_errors,
             "pd_source_url_errors": pd_source_url_errors,
+            "pd_sha256_errors": pd_sha256_errors,
             "pd_is_commit": pd_is_commit,
             "pd_lock_render": pd_lock_render,
             "pd_lock_closure": pd_lock_closure,

@@ -68,7 +68,38 @@ def host_ports(roles: Iterable[str], variables: Mapping[str, Any]) -> dict[str, 
             value = variables.get(variable)
             if isinstance(value, int | str) and str(value).strip().isdigit():
                 ports[variable] = int(value)
+    ports.update(monitoring_ports(variables))
     return ports
+
+
+def monitoring_ports(variables: Mapping[str, Any]) -> dict[str, int]:
+    """The ports the monitor stage opens on this host, by the variable that sets them.
+
+    The monitor group runs under the same supervisord as the workers, so a port another process
+    holds makes Prometheus or an exporter crash-loop after the whole deployment has been built.
+    `variables` holds the monitoring_* values as the host will see them; `monitoring_on_prometheus_host`
+    says whether this host is monitoring_prometheus_host. Absent values open nothing.
+    """
+    if not truthy(variables.get("monitoring_enabled", False)):
+        return {}
+    opened = {
+        "monitoring_prometheus_port": truthy(variables.get("monitoring_on_prometheus_host", False)),
+        "monitoring_node_exporter_port": truthy(variables.get("monitoring_node_exporter_enabled", False)),
+        "monitoring_gpu_exporter_port": truthy(variables.get("monitoring_gpu_exporter_enabled", False)),
+    }
+    ports: dict[str, int] = {}
+    for variable, opens in opened.items():
+        value = variables.get(variable)
+        if opens and isinstance(value, int | str) and str(value).strip().isdigit():
+            ports[variable] = int(value)
+    return ports
+
+
+def truthy(value: Any) -> bool:
+    """Ansible's truthiness of a templated value ("true", "True", "yes", 1, True)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return bool(value)
 
 
 def memory_errors(
@@ -330,3 +361,57 @@ def listener_errors(
             )
             break
     return errors
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+# sun_path holds 108 bytes with its terminating NUL: the longest unix socket path bind() takes.
+UNIX_SOCKET_PATH_MAX = 107
+
+
+def secret_errors(
+    host: str,
+    worker_host: bool,
+    bind_host: str,
+    require_api_key: bool,
+    api_key_set: bool,
+    inet_port: int,
+    inet_password_set: bool,
+) -> list[str]:
+    """Nothing that runs a model or supervisor's RPC may be reachable beyond loopback without a secret.
+
+    Workers bound beyond loopback answer anyone who reaches the address: they must require the
+    router's key (serving_worker_require_api_key) and the key must be set. supervisor's HTTP server
+    (serving_supervisor_inet_port > 0) can start and stop programs: it needs a password. Only
+    whether the secrets are set is passed in: preflight never holds their values.
+    """
+    errors = []
+    beyond_loopback = worker_host and str(bind_host).strip() not in LOOPBACK_HOSTS
+    if beyond_loopback and (not require_api_key or not api_key_set):
+        why = (
+            "serving_worker_require_api_key is false"
+            if not require_api_key
+            else "serving_router_api_key is empty"
+        )
+        errors.append(
+            f"{host}: the workers listen on {bind_host} (beyond loopback) but {why}: anyone who reaches "
+            f"that address could use them. Set serving_worker_require_api_key: true and give "
+            f"serving_router_api_key (ansible-vault), or bind them to 127.0.0.1 on a single host."
+        )
+    if int(inet_port or 0) > 0 and not inet_password_set:
+        errors.append(
+            f"{host}: serving_supervisor_inet_port={inet_port} opens supervisor's HTTP server without a "
+            f"password: set serving_supervisor_inet_password (ansible-vault) or the port to 0."
+        )
+    return errors
+
+
+def socket_path_errors(host: str, path: str) -> list[str]:
+    """supervisord's control socket must fit a unix socket's path, or supervisord cannot start."""
+    length = len(str(path).encode())
+    if length <= UNIX_SOCKET_PATH_MAX:
+        return []
+    return [
+        f"{host}: the supervisor control socket {path} is {length} bytes long; a unix socket path holds at "
+        f"most {UNIX_SOCKET_PATH_MAX}, so supervisord could not start. Shorten appliance_root "
+        f"(or serving_supervisor_run_dir)."
+    ]

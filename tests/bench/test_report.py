@@ -52,7 +52,23 @@ def test_failed_report_is_written_with_all_parts(tmp_path: Path) -> None:
     assert "— FAILED" in md and "bs=1 output throughput 9.50 tok/s < threshold 10.00 tok/s" in md
     assert "| deployed | pass | 16 | 32 | 0 | 30.00 |" in md
     assert Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _assert_plot_is_drawn(Path(paths["png"]))
     assert len(list((tmp_path / "runs").glob("*.json"))) == 1
+
+
+def _assert_plot_is_drawn(png: Path) -> None:
+    """Decode the PNG (matplotlib's reader, the library that drew it) and look at the pixels: the
+    figure's size (12 x 4.8 in at 110 dpi), ink on the canvas, and the bars in the first level's colour."""
+    import matplotlib.image
+    import numpy as np
+
+    pixels = matplotlib.image.imread(str(png))[..., :3]
+    assert pixels.shape[:2] == (528, 1320), pixels.shape
+    ink = np.any(pixels < 0.9, axis=-1).mean()
+    assert 0.02 < ink < 0.9, f"{ink:.1%} of the plot is drawn on"
+    bar_colour = np.array([0x1F, 0x77, 0xB4]) / 255.0  # matplotlib's first cycle colour: the bs=1 bars
+    bars = np.all(np.abs(pixels - bar_colour) < 0.02, axis=-1).sum()
+    assert bars > 500, f"only {bars} pixels of bar colour: the bars were not drawn"
 
 
 def test_plot_missing_matplotlib_keeps_json_and_markdown(

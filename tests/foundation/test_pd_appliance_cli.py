@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +149,33 @@ def test_extra_vars_go_to_a_private_file_and_secrets_are_scrubbed(tmp_path: Path
     assert "hf_planted_777" not in (run / "artifacts" / "run" / "job_events" / "1.json").read_text()
     with pytest.raises(SystemExit, match="expected key=value"):
         cli.private_extra_vars(["not-a-pair"])
+
+
+def test_the_extra_vars_file_is_0600_in_a_0700_directory_while_ansible_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """README (Security): `pd-appliance deploy -e ...` hands every extra var to Ansible through a private
+    0600 file. main() runs with the playbook run replaced by one that looks at the file it is given."""
+    seen: dict[str, object] = {}
+
+    def fake_run(root: Path, command: str, inventory: str, extra_args, quiet: bool = False):
+        vars_file = Path(extra_args[extra_args.index("-e") + 1][1:])
+        seen["mode"] = stat.S_IMODE(vars_file.stat().st_mode)
+        seen["dir_mode"] = stat.S_IMODE(vars_file.parent.stat().st_mode)
+        seen["values"] = json.loads(vars_file.read_text())
+        seen["args"] = list(extra_args)
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        return cli.RunSummary(status="successful", rc=0), run_dir
+
+    monkeypatch.setattr(cli, "run_playbook", fake_run)
+    old = os.umask(0o000)  # the most permissive umask a user could have: the file must still be 0600
+    try:
+        rc = cli.main(["deploy", "-i", str(tmp_path), "-q", "-e", "checkpoint_hf_token=hf_planted_0600"])
+    finally:
+        os.umask(old)
+    assert rc == 0
+    assert seen["values"] == {"checkpoint_hf_token": "hf_planted_0600"}
+    assert oct(seen["mode"]) == "0o600" and oct(seen["dir_mode"]) == "0o700", seen
+    assert "hf_planted_0600" not in " ".join(seen["args"])  # type: ignore[arg-type]
+    assert not Path(str(seen["args"][1])[1:]).exists(), "the private file outlives the run"  # type: ignore[index]

@@ -7,13 +7,19 @@ converge, tests/converged_site.py), then the day-2 profile and collect-diagnosti
 before the first play a sampler reads every process's /proc/<pid>/cmdline several times a second.
 Afterwards every file under the rehearsal root, the run records this session created under
 artifacts/runs, and the site's artifacts directory (validation reports, the diagnostics bundle
-unpacked) are searched for the secrets. Allowed: the programs' 0600 env files (the launcher reads
-them) and nothing else.
+unpacked), every file under /tmp written since the site was started and everything under ~/.ansible
+are searched for the secrets. Allowed: the programs' 0600 env files (the launcher reads them) and
+nothing else. The sampler also watches the private file `pd-appliance deploy` hands the -e values to
+Ansible in: it must be 0600 whenever it exists.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,6 +42,31 @@ def _files_holding_secrets(*roots: Path) -> list[str]:
                 if secret.encode() in data:
                     found.append(f"{path} holds {secret}")
     return found
+
+
+def _new_files_holding_secrets(top: Path, since: float, skip: tuple[Path, ...]) -> tuple[list[str], int]:
+    """Files under `top` written since `since` (regular files up to 256 MiB, unreadable ones passed
+    over) that hold a secret; `skip` paths (files or directories) are left out.
+
+    Returns (leaks, files read)."""
+    found, read = [], 0
+    for directory, dirs, files in os.walk(top, onerror=lambda _: None):
+        dirs[:] = [d for d in dirs if Path(directory, d) not in skip]
+        for name in files:
+            path = Path(directory, name)
+            with contextlib.suppress(OSError):
+                info = path.lstat()
+                if (
+                    path in skip
+                    or not stat.S_ISREG(info.st_mode)
+                    or info.st_mtime < since
+                    or info.st_size > 2**28
+                ):
+                    continue
+                data = path.read_bytes()
+                read += 1
+                found += [f"{path} holds {secret}" for secret in SECRETS if secret.encode() in data]
+    return found, read
 
 
 @pytest.mark.timeout(3600)
@@ -77,4 +108,19 @@ def test_planted_secrets_reach_only_the_env_files(converged_site: ConvergedSite,
     ]
     assert leaks == [], leaks
     searched = sum(1 for r in (root, artifacts, unpacked, *new_runs) for p in r.rglob("*") if p.is_file())
-    print(f"searched {searched} files and {sampler.samples} /proc samples; no secret outside the env files")
+
+    # The -e values reached Ansible through pd-appliance's private file, 0600 whenever it was seen.
+    assert sampler.extra_vars_modes, "the sampler never saw pd-appliance's private -e file"
+    assert {oct(mode) for mode in sampler.extra_vars_modes.values()} == {"0o600"}, sampler.extra_vars_modes
+
+    # Nothing the plays wrote anywhere in /tmp, nor anything under ~/.ansible, holds a secret. Left out:
+    # the user's own vars file (what a user writes for -e @file) and the allowed env files under the
+    # site's root (it lives in /tmp). The secrets are this session's own, so other runs cannot match.
+    skip = (site.vars_file, root / "etc" / "pd-appliance" / "serving")
+    in_tmp, read_tmp = _new_files_holding_secrets(Path(tempfile.gettempdir()), site.started - 1, skip)
+    in_home, read_home = _new_files_holding_secrets(Path.home() / ".ansible", 0.0, ())
+    assert in_tmp == [] and in_home == [], in_tmp + in_home
+    print(
+        f"searched {searched} files, {read_tmp} new files in /tmp, {read_home} under ~/.ansible and "
+        f"{sampler.samples} /proc samples; no secret outside the env files"
+    )

@@ -105,6 +105,13 @@ def test_lab_prefill_command_gpus_and_numa(lab: Path) -> None:
     assert p["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
     assert p["env"]["UCX_TLS"] == "cuda_ipc,cuda_copy,sm,self,tcp"
     assert p["env"]["SGLANG_DISAGGREGATION_NIXL_BACKEND"] == "UCX"
+    deadlines = {
+        k: v for k, v in p["env"].items() if k.startswith("SGLANG_DISAGGREGATION_") and "NIXL" not in k
+    }
+    assert deadlines == {
+        "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "120", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "120",
+        "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": "2", "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": "3",
+    }, "README Faults: the PD deadlines 120/120/2/3"  # fmt: skip
     assert "SGLANG_SM120_FLASHMLA_BACKEND" not in p["env"]
     assert p["user"] == "pd-appliance" and p["priority"] == "100"
     assert (p["stopasgroup"], p["killasgroup"], p["autorestart"]) == ("true", "true", "true")

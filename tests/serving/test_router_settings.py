@@ -1,8 +1,10 @@
 """smg's fault settings: the outage grace sizes retries and the health threshold; argv spelling.
 
 The retry arithmetic is smg 1.13's RetryExecutor: the attempt count includes the first, and the
-backoff after attempt a is min(initial * multiplier**a, max), +-jitter. The same figure is checked
-against the real smg in tests/faults (a request against a dead decode is retried that long).
+backoff after attempt a is min(initial * multiplier**a, max), +-jitter. The rendered argv is read
+back with smg 1.13's own CLI parser (the router venv's smg, files/locks/router), and the retry window
+is computed from the values smg parsed. tests/faults' lab-length decode restart (60 s) shows the
+retries in action: every request sent during the outage is answered (it does not measure the window).
 """
 
 from __future__ import annotations
@@ -103,6 +105,34 @@ def test_router_argv_carries_the_derived_fault_settings() -> None:
 def test_bad_fault_settings_name_the_variable(change: dict, match: str) -> None:
     with pytest.raises(CommandError, match=match):
         router_argv(["smg"], {**BASE, **FAULTS, **change})
+
+
+def test_smgs_own_parser_reads_the_retry_figures_that_cover_the_grace() -> None:
+    """smg 1.13's parser (smg.launch_router.parse_router_args, what `smg launch` calls) gets the
+    derived figures, and the retry window of what it parsed covers the 300 s grace."""
+    from smg.launch_router import parse_router_args
+
+    argv = router_argv(["smg", "launch"], {**BASE, **FAULTS})
+    parsed = parse_router_args(argv[2:])
+    assert (parsed.retry_max_retries, parsed.health_failure_threshold, parsed.health_check_interval_secs) == (
+        192,
+        31,
+        10,
+    )
+    assert (parsed.retry_initial_backoff_ms, parsed.retry_max_backoff_ms) == (100, 2000)
+    assert (parsed.retry_backoff_multiplier, parsed.retry_jitter_factor) == (2.0, 0.2)
+    assert parsed.disable_circuit_breaker and parsed.remove_unhealthy_workers is False
+    assert parsed.pd_admission_wait_secs == 30
+    low, high = retry_window_s(
+        parsed.retry_max_retries,
+        parsed.retry_initial_backoff_ms,
+        parsed.retry_max_backoff_ms,
+        parsed.retry_backoff_multiplier,
+        parsed.retry_jitter_factor,
+    )
+    assert low >= 300 and round(high) == 450, (low, high)  # README: "300 to 450 s"
+    # The health threshold smg parsed outlasts the grace too: that many probes 10 s apart.
+    assert (parsed.health_failure_threshold - 1) * parsed.health_check_interval_secs >= 300
 
 
 def test_real_smg_takes_the_default_argv() -> None:

@@ -103,11 +103,14 @@ def spread(layout: list[dict], names: list[str], router: str) -> dict[str, int]:
 def layout(tmp_path_factory):
     base = tmp_path_factory.mktemp("topology")
     root = base / "root"
-    router, metrics, *ports = reserve_ports(9)
+    router, metrics, prometheus, node, gpu, *ports = reserve_ports(12)
     variables = {
         "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
         "serving_router_port": router, "serving_router_metrics_port": metrics,
         "serving_router_api_key": API_KEY, **private_artifacts(base),
+        # preflight (test_preflight_passes_the_layouts) checks the monitor stage's ports too.
+        "monitoring_prometheus_port": prometheus, "monitoring_node_exporter_port": node,
+        "monitoring_gpu_exporter_port": gpu,
     }  # fmt: skip
     vars_file = base / "vars.json"
     vars_file.write_text(json.dumps(variables))

@@ -6,7 +6,7 @@ killed with SIGKILL the way the fault suite kills them; requests are sent the wa
 
 from __future__ import annotations
 
-import contextlib
+import http.client
 import json
 import os
 import random
@@ -174,19 +174,35 @@ def test_a_prefill_back_within_the_heartbeat_leaves_the_room_to_the_waiting_time
 
 
 def test_a_decode_leg_whose_client_left_stops_waiting() -> None:
-    """smg drops the decode leg when the prefill leg fails; SGLang then aborts it, so does the engine."""
+    """smg drops the decode leg when the prefill leg fails; SGLang then aborts it, so does the engine.
+
+    The leg must first be seen waiting (the transfer queue gauge at 1), so that a decode that never
+    counted it cannot pass; then the client closes its connection and the gauge must return to 0.
+    """
     prefill, decode, bootstrap = _free_port(), _free_port(), _free_port()
     env = _env(waiting_timeout="60")
-    with _worker("prefill", prefill, bootstrap, env), _worker("decode", decode, bootstrap, env):
-        with contextlib.suppress(TimeoutError, OSError):  # room 17 is never prefilled; gone after 1 s
-            _post(decode, _body(bootstrap, 17), timeout=1.0)
+
+    def queued() -> str:
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{decode}/metrics", timeout=5).read().decode()
+        return _samples(metrics)["sglang:num_decode_transfer_queue_reqs"]
+
+    def wait_for(value: str, why: str) -> None:
         deadline = time.monotonic() + 10
-        while True:
-            metrics = urllib.request.urlopen(f"http://127.0.0.1:{decode}/metrics", timeout=5).read().decode()
-            if _samples(metrics)["sglang:num_decode_transfer_queue_reqs"] == "0.0":
-                break
-            assert time.monotonic() < deadline, "the abandoned decode leg still waits for its room"
-            time.sleep(0.2)
+        while queued() != value:
+            assert time.monotonic() < deadline, why
+            time.sleep(0.05)
+
+    with _worker("prefill", prefill, bootstrap, env), _worker("decode", decode, bootstrap, env):
+        assert queued() == "0.0"
+        client = http.client.HTTPConnection("127.0.0.1", decode, timeout=30)
+        try:  # room 17 is never prefilled: the leg waits for its KV until the client leaves
+            client.request(
+                "POST", "/generate", json.dumps(_body(bootstrap, 17)), {"Content-Type": "application/json"}
+            )
+            wait_for("1.0", "the decode never counted the leg waiting for its room")
+        finally:
+            client.close()
+        wait_for("0.0", "the abandoned decode leg still waits for its room")
 
 
 def test_a_bad_variable_names_itself() -> None:

@@ -230,6 +230,22 @@ def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str
     return argv
 
 
+def admission_wait_errors(host: str, wait_s: float | str, bootstrap_timeout_s: float | str) -> list[str]:
+    """smg's --pd-admission-wait-secs must stay below half of SGLang's bootstrap deadline.
+
+    A dispatch smg holds for a full decode reaches the prefill only after the wait; the prefill frees
+    the KV of a request no decode bootstrapped after SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, so a wait
+    near that deadline turns a busy decode into requests that fail after their prefill was paid for.
+    """
+    if float(wait_s) * 2 < float(bootstrap_timeout_s):
+        return []
+    return [
+        f"{host}: serving_router_pd_admission_wait_secs={wait_s} is not well under "
+        f"serving_pd_bootstrap_timeout_s={bootstrap_timeout_s} (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT): "
+        f"a dispatch smg holds that long can outlive the prefill's deadline. Keep the wait below half of it."
+    ]
+
+
 def worker_url(host: str, port: int | str) -> str:
     """http URL of a worker; IPv6 literals get brackets."""
     host = str(host)

@@ -32,6 +32,19 @@ def url_errors(host: str, variable: str, url: str, covered_by: str = "") -> list
     ]
 
 
+def sha256_errors(host: str, variable: str, value: str, url: str) -> list[str]:
+    """A tarball's sha256 variable must be 64 hex digits: unset, nothing would check the bytes unpacked
+    and built as root (a mirror, or a compromised release page, could serve anything)."""
+    text = str(value or "").strip()
+    if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
+        return []
+    got = "is empty" if not text else f"={text[:80]} is not one"
+    return [
+        f"{host}: {variable} must be the sha256 of {url} (64 hex digits; {variable} {got}). Run sha256sum on "
+        f"the tarball you qualified and set {variable}."
+    ]
+
+
 def is_commit(ref: str) -> bool:
     """A full git commit id (its content is fixed by the id, whatever the transport)."""
     return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref.lower())
