@@ -17,7 +17,6 @@ from pd_testlib import ROOT, private_artifacts, rehearsal_ports
 pytest_plugins = ["skip_gate"]
 
 
-
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
