@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pd_appliance import proofs
+
 PLAYBOOKS = {
     "deploy": "site.yml",
     "validate": "playbooks/validate.yml",
@@ -54,6 +56,8 @@ class RunSummary:
     failures: list[str] = field(default_factory=list)
     # host -> the release line the status play printed (roles/release, tasks/status.yml)
     releases: dict[str, str] = field(default_factory=dict)
+    # "host: line" for every proof a run skipped because its inputs had not changed (pd_appliance.proofs)
+    skipped_proofs: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -62,6 +66,8 @@ class RunSummary:
 
 # The task of roles/release/tasks/status.yml whose message is a host's release line.
 RELEASE_TASK = "Show the release"
+# The start of the line a skipped proof prints (pd_appliance.proofs); the summary lists the rest.
+SKIP = proofs.SKIP_PREFIX + ": "
 
 
 def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
@@ -84,6 +90,12 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
             msg = (data.get("res") or {}).get("msg")
             if msg:
                 summary.releases[str(data.get("host"))] = str(msg)
+        elif kind == "runner_on_ok" and str((data.get("res") or {}).get("msg", "")).startswith(
+            proofs.SKIP_PREFIX
+        ):
+            line = f"{data.get('host')}: {str(data['res']['msg'])[len(proofs.SKIP_PREFIX) + 2 :]}"
+            if line not in summary.skipped_proofs:
+                summary.skipped_proofs.append(line)
         elif kind == "runner_on_unreachable":
             summary.failures.append(f"{data.get('host')}: unreachable during {data.get('task')}")
         elif kind == "playbook_on_stats":
@@ -156,6 +168,9 @@ def render_summary(summary: RunSummary, run_dir: Path, root: Path) -> str:
     if summary.releases:
         out.append("releases:")
         out += [f"  {host}: {line}"[:400] for host, line in sorted(summary.releases.items())]
+    if summary.skipped_proofs:
+        out.append("skipped proofs (inputs unchanged; --force-checks runs them):")
+        out += [f"  {line}"[:400] for line in summary.skipped_proofs]
     figures = validation_figures(root, since=run_started(run_dir))
     if figures:
         out.append("validation:")
@@ -308,6 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-e", "--extra-vars", action="append", default=[], help="extra variables (repeatable)")
         p.add_argument("--check", action="store_true", help="dry run (ansible --check --diff)")
         p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+        p.add_argument(
+            "--force-checks",
+            action="store_true",
+            help="run every proof (lock proof, NIXL check, wheel build) even when its inputs are unchanged",
+        )
     s = sub.add_parser("summary", help="print the summary of a recorded run again")
     s.add_argument("run_dir", type=Path)
     return parser
@@ -327,6 +347,15 @@ def extra_args_from(ns: argparse.Namespace, vars_file: Path | None = None) -> li
     return args
 
 
+def run_variables(ns: argparse.Namespace) -> dict[str, Any]:
+    """The run's extra variables: the user's `-e` values, and appliance_force_checks=true for
+    --force-checks (every proof runs although its inputs are unchanged: pd_appliance.proofs)."""
+    variables = private_extra_vars(ns.extra_vars)
+    if ns.force_checks:
+        variables["appliance_force_checks"] = True
+    return variables
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     root = project_root()
@@ -338,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary.rc = int(rc_file.read_text()) if rc_file.exists() else None
         print(render_summary(summary, ns.run_dir, root))
         return 0 if summary.ok else 1
-    variables = private_extra_vars(ns.extra_vars)
+    variables = run_variables(ns)
     with tempfile.TemporaryDirectory(prefix="pd-appliance-") as private:
         vars_file = None
         if variables:
