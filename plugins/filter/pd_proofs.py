@@ -35,7 +35,9 @@ def pd_proof_decide(
     """{run, reason, line, result} from a slurp result of the record (a failed slurp: no record)."""
     content = (slurped or {}).get("content")
     text = base64.b64decode(content).decode(errors="replace") if content else None
-    return proofs.decide(name, text, input_digest, bool(force))
+    # "-e appliance_force_checks=false" arrives as a string: only a true word forces.
+    forced = force if isinstance(force, bool) else str(force).strip().lower() in ("true", "yes", "on", "1")
+    return proofs.decide(name, text, input_digest, forced)
 
 
 def pd_proof_record(result: Any, name: str, input_digest: str) -> str:

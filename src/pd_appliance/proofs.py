@@ -16,7 +16,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,9 @@ class ProofRecord:
     version: int = RECORD_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, indent=1) + "\n"
+        fields = {"name": self.name, "digest": self.digest, "proven_at": self.proven_at}
+        fields["version"] = self.version
+        return json.dumps({**fields, "result": self.result}, sort_keys=True, indent=1, default=str) + "\n"
 
 
 def new_record(
@@ -66,7 +68,9 @@ def new_record(
 ) -> ProofRecord:
     """A record of a proof that passed just now (UTC, to the second)."""
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return ProofRecord(name=name, digest=input_digest, proven_at=stamp, result=result)
+    # Plain JSON values: what Ansible hands a filter may be its own (lazy) container types.
+    plain = json.loads(json.dumps(result, default=str))
+    return ProofRecord(name=name, digest=input_digest, proven_at=stamp, result=plain)
 
 
 def parse_record(text: str | None) -> ProofRecord | None:

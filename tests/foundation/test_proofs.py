@@ -112,6 +112,9 @@ def test_filters_read_the_hosts_slurp_and_write_a_record_they_accept():
         "run"
     ]
     assert filters["pd_proof_decide"](slurped, "NIXL check", digest, True)["run"]
+    # `-e appliance_force_checks=false` is the string "false": it must not force
+    assert not filters["pd_proof_decide"](slurped, "NIXL check", digest, "false")["run"]
+    assert filters["pd_proof_decide"](slurped, "NIXL check", digest, "true")["run"]
 
 
 def test_run_summary_lists_the_skipped_proofs(tmp_path: Path):
