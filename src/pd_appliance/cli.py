@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pd_appliance import proofs
+
 PLAYBOOKS = {
     "deploy": "site.yml",
     "validate": "playbooks/validate.yml",
@@ -56,6 +58,8 @@ class RunSummary:
     releases: dict[str, str] = field(default_factory=dict)
     # (host, controller path) of each validation report this run fetched (roles/validation, report.yml)
     reports: list[tuple[str, str]] = field(default_factory=list)
+    # "host: line" for every proof a run skipped because its inputs had not changed (pd_appliance.proofs)
+    skipped_proofs: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -64,6 +68,8 @@ class RunSummary:
 
 # The task of roles/release/tasks/status.yml whose message is a host's release line.
 RELEASE_TASK = "Show the release"
+# The start of the line a skipped proof prints (pd_appliance.proofs); the summary lists the rest.
+SKIP = proofs.SKIP_PREFIX + ": "
 # The task of roles/validation/tasks/report.yml that fetches each report to the controller (a loop).
 REPORT_FETCH_TASK = "Fetch the report to the controller"
 
@@ -102,6 +108,12 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
             host = str(data.get("host"))
             fetched = [(host, r) for r in _fetched_reports(data.get("res") or {})]
             summary.reports += [r for r in fetched if r not in summary.reports]
+        elif kind == "runner_on_ok" and str((data.get("res") or {}).get("msg", "")).startswith(
+            proofs.SKIP_PREFIX
+        ):
+            line = f"{data.get('host')}: {str(data['res']['msg'])[len(proofs.SKIP_PREFIX) + 2 :]}"
+            if line not in summary.skipped_proofs:
+                summary.skipped_proofs.append(line)
         elif kind == "runner_on_unreachable":
             summary.failures.append(f"{data.get('host')}: unreachable during {data.get('task')}")
         elif kind == "playbook_on_stats":
@@ -164,6 +176,9 @@ def render_summary(summary: RunSummary, run_dir: Path) -> str:
     if summary.releases:
         out.append("releases:")
         out += [f"  {host}: {line}"[:400] for host, line in sorted(summary.releases.items())]
+    if summary.skipped_proofs:
+        out.append("skipped proofs (inputs unchanged; --force-checks runs them):")
+        out += [f"  {line}"[:400] for line in summary.skipped_proofs]
     figures = validation_figures(summary.reports)
     if figures:
         out.append("validation:")
@@ -316,6 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-e", "--extra-vars", action="append", default=[], help="extra variables (repeatable)")
         p.add_argument("--check", action="store_true", help="dry run (ansible --check --diff)")
         p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+        p.add_argument(
+            "--force-checks",
+            action="store_true",
+            help="run every proof (lock proof, NIXL check, wheel build) even when its inputs are unchanged",
+        )
     s = sub.add_parser("summary", help="print the summary of a recorded run again")
     s.add_argument("run_dir", type=Path)
     return parser
@@ -335,6 +355,15 @@ def extra_args_from(ns: argparse.Namespace, vars_file: Path | None = None) -> li
     return args
 
 
+def run_variables(ns: argparse.Namespace) -> dict[str, Any]:
+    """The run's extra variables: the user's `-e` values, and appliance_force_checks=true for
+    --force-checks (every proof runs although its inputs are unchanged: pd_appliance.proofs)."""
+    variables = private_extra_vars(ns.extra_vars)
+    if ns.force_checks:
+        variables["appliance_force_checks"] = True
+    return variables
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     root = project_root()
@@ -346,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary.rc = int(rc_file.read_text()) if rc_file.exists() else None
         print(render_summary(summary, ns.run_dir))
         return 0 if summary.ok else 1
-    variables = private_extra_vars(ns.extra_vars)
+    variables = run_variables(ns)
     with tempfile.TemporaryDirectory(prefix="pd-appliance-") as private:
         vars_file = None
         if variables:
