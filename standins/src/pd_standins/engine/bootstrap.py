@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from pd_standins.engine import SIMULATOR_NAME
+from pd_standins.engine.deadline import within
 
 ROOM_TTL_S = 300.0
 # SGLang's heartbeat GET uses timeout=(2, 3): 2 s to connect, 3 s to read.
@@ -99,7 +100,7 @@ class BootstrapRooms:
     async def wait(self, room: int) -> int | None:
         state = self._room(room)
         try:
-            await asyncio.wait_for(state.ready.wait(), self.wait_timeout_s)
+            await within(state.ready.wait(), self.wait_timeout_s)
         except asyncio.TimeoutError:
             return None
         self._rooms.pop(room, None)
@@ -117,7 +118,7 @@ class BootstrapRooms:
         if state is None:
             return False
         try:
-            await asyncio.wait_for(state.taken.wait(), max(timeout_s, 0.0))
+            await within(state.taken.wait(), max(timeout_s, 0.0))
         except asyncio.TimeoutError:
             self._rooms.pop(room, None)
             return False
@@ -153,15 +154,13 @@ class BootstrapRooms:
 async def ping(host: str, port: int) -> bool:
     """One heartbeat: PING the bootstrap port, True on a PONG within SGLang's (2 s, 3 s) timeouts."""
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), HEARTBEAT_CONNECT_TIMEOUT_S
-        )
+        reader, writer = await within(asyncio.open_connection(host, port), HEARTBEAT_CONNECT_TIMEOUT_S)
     except (OSError, asyncio.TimeoutError):
         return False
     try:
         writer.write(b"PING\n")
         await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), HEARTBEAT_READ_TIMEOUT_S)
+        line = await within(reader.readline(), HEARTBEAT_READ_TIMEOUT_S)
         return line.startswith(b"PONG")
     except (OSError, asyncio.TimeoutError):
         return False
@@ -200,7 +199,7 @@ async def rendezvous(
     """
     timeouts = timeouts or PdTimeouts()
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        reader, writer = await within(asyncio.open_connection(host, port), timeout_s)
     except (OSError, asyncio.TimeoutError) as exc:
         raise RendezvousError(f"cannot reach the prefill bootstrap server at {host}:{port}: {exc}") from exc
     answer = asyncio.ensure_future(_wait_ready(reader))

@@ -36,6 +36,8 @@ import struct
 import time
 from collections.abc import Mapping
 
+from pd_standins.engine.deadline import within
+
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -156,7 +158,7 @@ class RankPorts:
     async def pushed(self, room: int, timeout_s: float) -> bool:
         """True once the room's KV reached a decode rank; False when the push failed or never came."""
         try:
-            return await asyncio.wait_for(asyncio.shield(self._push_result(room)), max(timeout_s, 0.0))
+            return await within(asyncio.shield(self._push_result(room)), max(timeout_s, 0.0))
         except asyncio.TimeoutError:
             return False
 
@@ -183,7 +185,7 @@ class RankPorts:
                 )
             event.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(event.wait(), left)
+                await within(event.wait(), left)
         self._arrived.pop(room, None)
 
 
@@ -221,7 +223,7 @@ class Links:
 async def _connect(endpoint: str) -> asyncio.StreamWriter | None:
     host, _, port = endpoint.rpartition(":")
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+        _, writer = await within(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
     except (OSError, ValueError, asyncio.TimeoutError):
         return None
     return writer
