@@ -194,6 +194,21 @@ def new_run_dir(root: Path, command: str) -> Path:
     return run_dir
 
 
+def runner_env(root: Path) -> dict[str, str]:
+    """The environment ansible-runner starts ansible-playbook with: the repository's ansible.cfg and
+    callback plugins, this venv's tools first on PATH, no colour in the recorded output."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {
+        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        # ansible-runner replaces ansible.cfg's callback_plugins with its own directory, appended to
+        # this variable: keep the appliance's (plugins/callback/pd_plugin_preload.py) in front.
+        "ANSIBLE_CALLBACK_PLUGINS": str(root / "plugins" / "callback"),
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+
+
 def run_playbook(
     root: Path,
     command: str,
@@ -210,13 +225,7 @@ def run_playbook(
     if not inventory_path.exists():
         raise SystemExit(f"pd-appliance: inventory {inventory} does not exist (try inventory/rehearsal).")
     run_dir = new_run_dir(root, command)
-    bin_dir = str(Path(sys.executable).parent)
-    env = {
-        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
-        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_NOCOLOR": "1",
-    }
+    env = runner_env(root)
     result = ansible_runner.run(
         private_data_dir=str(run_dir),
         project_dir=str(root),

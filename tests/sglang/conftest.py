@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rendered_layouts import lab, real, two_hosts, variant_hosts  # noqa: F401 (session fixtures)
 from sglang_testlib import DOWNLOAD_HINT, SERIES_DIR, SGLANG_VERSION, find_sglang_wheel
 
 

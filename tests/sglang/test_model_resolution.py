@@ -27,18 +27,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rendered_layouts import _workers, lab_variants
 from sglang_testlib import SGLANG_VERSION
 from supervisor.datatypes import dict_of_key_value_pairs
 from supervisor.options import UnhosedConfigParser
-from test_server_args import (  # noqa: F401 (fixtures)
-    CONF_D,
-    _workers,
-    lab,
-    lab_variants,
-    real,
-    two_hosts,
-    variant_hosts,
-)
 
 from pd_appliance.bench.report import build_report
 from pd_appliance.bench.report import render_markdown as render_report
@@ -93,7 +85,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def resolved(real: RealSGLang, lab: Path, two_hosts: Path, variant_hosts: Path, checkpoint: Path) -> dict:  # noqa: F811 (the imported fixtures)
+def resolved(real: RealSGLang, lab: Path, two_hosts: Path, variant_hosts: Path, checkpoint: Path) -> dict:
     """label -> SGLang's answer, for every rendered worker command line; one process per env."""
     roots = [
         lab,
