@@ -173,8 +173,8 @@ def test_decode_host_lost_mid_run_is_reported_unreachable_in_that_stage(lab: Pat
     cut = f"docker kill {decode}; for s in {sockets}; do ssh -O exit -o ControlPath=$s lab; done"
     env = ansible_env()
     env.update(
-        ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS),
-        ANSIBLE_CALLBACKS_ENABLED="pd_lab_fault",
+        ANSIBLE_CALLBACK_PLUGINS=f"{CALLBACKS}:{ROOT / 'plugins/callback'}",
+        ANSIBLE_CALLBACKS_ENABLED="pd_lab_fault,pd_plugin_preload",
         PD_LAB_FAULT_PLAY=os.environ.get("PD_LAB_FAULT_PLAY", "Provision"),
         PD_LAB_FAULT_COMMAND=json.dumps(["sh", "-c", cut]),
         # An operator's "stop everything when a host fails": the run ends in the stage that lost it.
