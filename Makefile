@@ -9,7 +9,7 @@ KERNEL_TEST_DEPS ?= torch==2.13.0 triton==3.9.0
 WHEEL_DIR ?= artifacts/wheels
 SGLANG_WHEEL := $(WHEEL_DIR)/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
 
-.PHONY: venv system rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver wheels sglang-parser clean
+.PHONY: venv system rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver molecule-scenarios wheels sglang-parser clean
 
 venv: $(BIN)/.pd-installed
 
@@ -85,14 +85,18 @@ molecule-multinode: venv
 molecule-driver: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s driver
 
+# Every molecule scenario, one after another (each has its own lab network and containers).
+molecule-scenarios: molecule molecule-driver molecule-multinode
+
 # System packages the tests need: installed as root, else checked and named (scripts/system-packages.sh).
 system:
 	scripts/system-packages.sh
 
-# The README's test command: system packages, lint, syntax, unit + integration tests, the molecule
-# rehearsal and driver scenarios. The multi-host scenario is `make molecule-multinode` (CI: PD_CI_MULTINODE=1).
+# The README's test command and CI's: system packages, lint, syntax, then the unit + integration
+# tests beside every molecule scenario (default, driver, multinode): `a+b` runs both at once
+# (scripts/timed-targets.sh; the rehearsal tests spend much of their time waiting on programs).
 test:
-	@scripts/timed-targets.sh system venv wheels sglang-parser lint syntax pytest molecule molecule-driver
+	@scripts/timed-targets.sh system venv wheels sglang-parser lint syntax pytest+molecule-scenarios
 
 clean: stop
 	rm -rf .rehearsal artifacts/runs
