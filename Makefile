@@ -92,11 +92,11 @@ molecule-scenarios: molecule molecule-driver molecule-multinode
 system:
 	scripts/system-packages.sh
 
-# The README's test command and CI's: system packages, lint, syntax, then the unit + integration
-# tests beside every molecule scenario (default, driver, multinode): `a+b` runs both at once
-# (scripts/timed-targets.sh; the rehearsal tests spend much of their time waiting on programs).
+# The README's test command and CI's: system packages, lint, syntax, the unit + integration tests,
+# then every molecule scenario (default, driver, multinode), one after another: CI's two cores are
+# busy all through pytest, so running molecule beside it only shares them (docs/molecule.md).
 test:
-	@scripts/timed-targets.sh system venv wheels sglang-parser lint syntax pytest+molecule-scenarios
+	@scripts/timed-targets.sh system venv wheels sglang-parser lint syntax pytest molecule-scenarios
 
 clean: stop
 	rm -rf .rehearsal artifacts/runs
