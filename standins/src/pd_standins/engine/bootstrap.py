@@ -118,7 +118,7 @@ class BootstrapRooms:
         if state is None:
             return False
         try:
-            await within(state.taken.wait(), max(timeout_s, 0.0))
+            await within(state.taken.wait(), timeout_s)
         except asyncio.TimeoutError:
             self._rooms.pop(room, None)
             return False

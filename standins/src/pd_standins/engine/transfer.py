@@ -158,7 +158,7 @@ class RankPorts:
     async def pushed(self, room: int, timeout_s: float) -> bool:
         """True once the room's KV reached a decode rank; False when the push failed or never came."""
         try:
-            return await within(asyncio.shield(self._push_result(room)), max(timeout_s, 0.0))
+            return await within(asyncio.shield(self._push_result(room)), timeout_s)
         except asyncio.TimeoutError:
             return False
 
