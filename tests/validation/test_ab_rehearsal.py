@@ -81,8 +81,6 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         "serving_bootstrap_port": bootstrap,
         "serving_router_port": router,
         "serving_router_metrics_port": metrics,
-        # The rehearsal engine is up in a second; supervisor need not count 30 s before RUNNING.
-        "serving_worker_startsecs": 3,
         # A known router key (the lab generates one), for the direct request at the end.
         "serving_router_api_key": "tuner-test-key",
     }
