@@ -40,9 +40,31 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *args: str, timeou
     """Run ansible-playbook from the checkout and return the CompletedProcess (never raises on rc)."""
     binary = Path(sys.executable).parent / "ansible-playbook"
     cmd = [str(binary) if binary.exists() else "ansible-playbook", str(playbook), "-i", str(inventory), *args]
-    return subprocess.run(
-        cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return run_owned(cmd, timeout)
+
+
+def run_owned(
+    cmd: list[str], timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run cmd from the checkout in a process group of its own; kill the whole group if the test gives up.
+
+    subprocess.run's timeout kills only ansible-playbook: its forked task workers and the modules they
+    run (a pd_bench load, a validate.yml of the tuner) would go on using the machine's two cores for
+    minutes after the test failed, and slow every test after it. A program the play starts on purpose
+    (supervisord) leaves the group by daemonizing (setsid) and is not touched.
+    """
+    process = subprocess.Popen(
+        cmd, cwd=ROOT, env=env or ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except BaseException:  # the timeout, or pytest interrupting the test: leave nothing running
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, process.returncode, stdout, stderr)
 
 
 # Ports a test reserves for programs it cannot hand a listening socket (an inventory's ports, written

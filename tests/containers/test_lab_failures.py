@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pd_testlib import ROOT, ansible_env, run_playbook
+from pd_testlib import ROOT, ansible_env, run_owned, run_playbook
 
 HERE = Path(__file__).resolve().parent
 SCENARIO_INVENTORY = ROOT / "molecule" / "multinode" / "inventory"
@@ -181,7 +181,7 @@ def test_decode_host_lost_mid_run_is_reported_unreachable_in_that_stage(lab: Pat
         ANSIBLE_ANY_ERRORS_FATAL="True",
     )
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "site.yml"), "-i", str(lab)]
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    result = run_owned(cmd, 900, env)
     output = result.stdout + result.stderr
 
     assert result.returncode != 0, output[-4000:]

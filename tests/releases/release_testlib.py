@@ -36,7 +36,7 @@ import pytest
 
 from pd_standins.sglang_wheel import build as build_standin
 from pd_standins.sglang_wheel import lock_entries
-from pd_testlib import private_artifacts, reap, reserve_ports
+from pd_testlib import private_artifacts, reap, reserve_ports, run_owned
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -191,8 +191,7 @@ class Lab:
         cmd = [str(BIN / "ansible-playbook"), str(playbook), "-i", str(self.inventory), "-e", f"@{vars_file}"]
         if tags:
             cmd += ["--tags", tags]
-        result = subprocess.run([*cmd, *extra], cwd=ROOT, env=ansible_env(), capture_output=True, text=True,
-                                timeout=timeout, check=False)  # fmt: skip
+        result = run_owned([*cmd, *extra], timeout, ansible_env())
         self.seen_pids |= set(self.pids().values())
         return result
 
@@ -200,9 +199,7 @@ class Lab:
         vars_file = self.base / "vars.json"
         vars_file.write_text(json.dumps(self.variables))
         cmd = [str(BIN / "pd-appliance"), *args, "-i", str(self.inventory), "-e", f"@{vars_file}"]
-        result = subprocess.run(
-            cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False
-        )
+        result = run_owned(cmd, timeout, ansible_env())
         self.seen_pids |= set(self.pids().values())
         return result
 
