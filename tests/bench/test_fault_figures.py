@@ -1,7 +1,10 @@
-"""The per-fault figures of pd_appliance.bench.faults, from known request timelines."""
+"""The per-fault figures of pd_appliance.bench.faults, from known request timelines, and its faults."""
 
 from __future__ import annotations
 
+import pytest
+
+from pd_appliance.bench import faults
 from pd_appliance.bench.faults import Sample, figures
 
 
@@ -48,3 +51,21 @@ def test_recovery_counts_only_requests_sent_after_the_last_failure() -> None:
     ]
     f = figures(samples, 1.0)
     assert f["first_served_s"] == 0.9 and f["fail_window_s"] == 1.0 and f["recovered_s"] == 2.0
+
+
+def test_each_fault_names_what_it_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--fault", "kill:decode"], ["--fault", "restart:unit"],
+                 ["--fault", "restart:supervisord", "--serverurl", "unix:///x.sock"]):  # fmt: skip
+        assert faults.main(["--router", "http://127.0.0.1:1", *argv]) == 2
+        assert "restart:unit with --unit" in capsys.readouterr().err
+
+
+def test_restart_unit_stops_then_starts_the_unit_through_systemctl(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(faults.subprocess, "run", lambda argv, **_: calls.append(argv))
+    faults.restart_unit("pd-appliance-supervisor")
+    # stop runs the unit's ExecStop (pd:router first) and KillMode; nothing stops a program by hand.
+    assert calls == [
+        ["systemctl", "stop", "pd-appliance-supervisor"],
+        ["systemctl", "start", "pd-appliance-supervisor"],
+    ]

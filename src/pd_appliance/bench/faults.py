@@ -4,9 +4,11 @@
         --serverurl unix:///opt/pd-appliance/run/pd-appliance/supervisor.sock --fault kill:decode \
         [--rate 10 --duration-s 20 --fault-at-s 5 --max-tokens 32] [--out result.json]
 
-Faults: kill:<program> (SIGKILL of pd:<program>'s process; supervisor restarts it), and
-restart:supervisord (the stand-in for a host reboot: pd:router stopped, supervisord shut down, as
-the systemd unit stops it, then --start-command, e.g. `systemctl start pd-appliance-supervisor`).
+Faults: kill:<program> (SIGKILL of pd:<program>'s process; supervisor restarts it),
+restart:supervisord (where supervisord runs without systemd: pd:router stopped, supervisord shut
+down, as the systemd unit stops it, then --start-command), and restart:unit (`systemctl stop` then
+`systemctl start` of --unit, e.g. pd-appliance-supervisor: the unit's own ExecStop and KillMode do
+the stopping, as at a reboot).
 It runs on the host that runs the programs. tests/faults runs it against the rehearsal and asserts
 the guarantees; benchmarks/faults.py writes the table.
 
@@ -242,6 +244,15 @@ def restart_supervisord(serverurl: str, start_command: Sequence[str], timeout_s:
     return at
 
 
+def restart_unit(unit: str, timeout_s: float = 300.0) -> float:
+    """`systemctl stop` then `systemctl start` of the supervisor's unit: its ExecStop (pd:router first)
+    and KillMode=mixed stop the programs, as they do at a reboot. Returns when the stop began."""
+    at = time.perf_counter()
+    for verb in ("stop", "start"):
+        subprocess.run(["systemctl", verb, unit], check=True, timeout=timeout_s, capture_output=True)
+    return at
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -263,9 +274,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--router", required=True)
     parser.add_argument("--model", default="dsv4-flash")
-    parser.add_argument("--serverurl", required=True, help="supervisord's control URL (unix://...)")
-    parser.add_argument("--fault", required=True, help="kill:prefill|decode|router or restart:supervisord")
+    parser.add_argument("--serverurl", default="", help="supervisord's URL (kill, restart:supervisord)")
+    parser.add_argument("--fault", required=True,
+                        help="kill:prefill|decode|router, restart:supervisord or restart:unit")  # fmt: skip
     parser.add_argument("--start-command", default="", help="how supervisord is started again")
+    parser.add_argument("--unit", default="", help="restart:unit: the systemd unit that runs supervisord")
     parser.add_argument("--api-key-env", default="", help="environment variable holding the router's key")
     parser.add_argument("--rate", type=float, default=LoadSpec.rate_rps)
     parser.add_argument("--duration-s", type=float, default=LoadSpec.duration_s)
@@ -280,19 +293,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     kind, _, target = args.fault.partition(":")
-    if kind == "kill" and target in ("prefill", "decode", "router"):
+    if kind == "kill" and target in ("prefill", "decode", "router") and args.serverurl:
 
         def inject() -> float:
             return kill_program(args.serverurl, target)
 
-    elif args.fault == "restart:supervisord" and args.start_command:
+    elif args.fault == "restart:supervisord" and args.start_command and args.serverurl:
 
         def inject() -> float:
             return restart_supervisord(args.serverurl, shlex.split(args.start_command))
 
+    elif args.fault == "restart:unit" and args.unit:
+
+        def inject() -> float:
+            return restart_unit(args.unit)
+
     else:
-        print(f"pd-faults: --fault {args.fault!r}: give kill:<prefill|decode|router>, or "
-              "restart:supervisord with --start-command", file=sys.stderr)  # fmt: skip
+        print(f"pd-faults: --fault {args.fault!r}: give kill:<prefill|decode|router> with --serverurl, "
+              "restart:supervisord with --serverurl and --start-command, or restart:unit with --unit",
+              file=sys.stderr)  # fmt: skip
         return 2
     api_key = os.environ.get(args.api_key_env, "") if args.api_key_env else ""
     spec = LoadSpec(args.rate, args.duration_s, args.fault_at_s, args.max_tokens)
