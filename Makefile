@@ -77,13 +77,13 @@ pytest: venv wheels
 	PD_FAIL_ON_UNDECLARED_SKIP=1 PD_SGLANG_WHEEL=$(abspath $(SGLANG_WHEEL)) PD_WHEEL_DIR=$(abspath $(WHEEL_DIR)) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 molecule: venv
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s default
+	PATH=$(abspath $(BIN)):$$PATH $(PYTHON) scripts/elapsed.py $(BIN)/molecule test -s default
 
 molecule-multinode: venv
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s multinode
+	PATH=$(abspath $(BIN)):$$PATH $(PYTHON) scripts/elapsed.py $(BIN)/molecule test -s multinode
 
 molecule-driver: venv
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/molecule test -s driver
+	PATH=$(abspath $(BIN)):$$PATH $(PYTHON) scripts/elapsed.py $(BIN)/molecule test -s driver
 
 # Every molecule scenario, one after another (each has its own lab network and containers).
 molecule-scenarios: molecule molecule-driver molecule-multinode
