@@ -199,3 +199,25 @@ DSV4_TEST_CONFIG = {
     "compress_ratios": [0, 0] + [4, 128] * 20 + [4],
     "num_nextn_predict_layers": 1,
 }
+
+
+def two_host_layout(prefill_host: dict, decode_host: dict, **shared: object) -> dict:
+    """The lab's two-host variant as an inventory: prefill and router on gpu-prefill-01 (192.0.2.11),
+    decode on gpu-decode-01 (192.0.2.12), workers bound to every address, KV over mlx5_0. Each host's
+    address is its ansible_host and advertised address; `shared` adds group variables."""
+    hosts = {"gpu-prefill-01": ("192.0.2.11", prefill_host), "gpu-decode-01": ("192.0.2.12", decode_host)}
+    return {
+        "pd_appliance": {
+            "children": {
+                "prefill": {"hosts": {"gpu-prefill-01": None}},
+                "decode": {"hosts": {"gpu-decode-01": None}},
+                "router": {"hosts": {"gpu-prefill-01": None}},
+            },
+            "hosts": {
+                name: {"ansible_host": address, "serving_advertise_host": address, **extra}
+                for name, (address, extra) in hosts.items()
+            },
+            "vars": {"serving_worker_bind_host": "0.0.0.0", "serving_ucx_net_devices": "mlx5_0:1",
+                     "serving_ib_device": "mlx5_0", **shared},
+        }
+    }  # fmt: skip

@@ -24,7 +24,7 @@ from supervisor.options import UnhosedConfigParser
 
 from pd_appliance.serving.runtime_env import CACHE_VARIABLES, CONTRACT_VARIABLES, PER_BUILD_VARIABLES
 from pd_standins.gpus import simulated_gpu
-from pd_testlib import run_playbook
+from pd_testlib import run_playbook, two_host_layout
 
 pytestmark = pytest.mark.slow
 
@@ -242,23 +242,7 @@ def test_supervisord_socket_systemd_unit_and_wrapper(lab: Path) -> None:
 def two_hosts(tmp_path_factory, repo_root) -> Path:
     """The lab's two-host variant (inventory/lab/hosts.yml), its layout from the lab's host_vars."""
     base = tmp_path_factory.mktemp("twohost")
-    inventory = {
-        "pd_appliance": {
-            "children": {
-                "prefill": {"hosts": {"gpu-prefill-01": None}},
-                "decode": {"hosts": {"gpu-decode-01": None}},
-                "router": {"hosts": {"gpu-prefill-01": None}},
-            },
-            "hosts": {
-                "gpu-prefill-01": {"ansible_host": "192.0.2.11", "appliance_root": str(base / "p"),
-                                   "serving_advertise_host": "192.0.2.11"},
-                "gpu-decode-01": {"ansible_host": "192.0.2.12", "appliance_root": str(base / "d"),
-                                  "serving_advertise_host": "192.0.2.12"},
-            },
-            "vars": {"serving_worker_bind_host": "0.0.0.0",
-                     "serving_ucx_net_devices": "mlx5_0:1", "serving_ib_device": "mlx5_0"},
-        }
-    }  # fmt: skip
+    inventory = two_host_layout({"appliance_root": str(base / "p")}, {"appliance_root": str(base / "d")})
     (base / "inventory").mkdir()
     (base / "inventory/hosts.yml").write_text(yaml.safe_dump(inventory))
     for part in ("group_vars", "host_vars"):

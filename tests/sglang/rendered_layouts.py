@@ -21,7 +21,7 @@ from pd_appliance.sglang_args import rendered
 from pd_appliance.sglang_args.parser_venv import ParserVenvInputs, ensure_parser_venv
 from pd_appliance.sglang_args.real import RealSGLang
 from pd_standins.gpus import simulated_gpu
-from pd_testlib import ROOT, run_playbook
+from pd_testlib import ROOT, run_playbook, two_host_layout
 
 LAB_GPUS = [dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False) for i in range(8)]
 CONF_D = "etc/pd-appliance/supervisor/conf.d"
@@ -87,12 +87,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _host(address: str, root: Path, role: str) -> dict:
-    """One host of the two-host layout: its address (advertised too) and TP4 on GPUs 0-3."""
-    return {"ansible_host": address, "serving_advertise_host": address, "appliance_root": str(root),
-            f"serving_{role}_gpus": [0, 1, 2, 3]}  # fmt: skip
-
-
 @pytest.fixture(scope="session")
 def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The lab's two-host variant: prefill (and router) on one host, decode on another, KV by
@@ -100,21 +94,12 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("twohost")
     inventory = base / "inventory"
     shutil.copytree(ROOT / "inventory/lab/group_vars", inventory / "group_vars")
-    hosts = {
-        "pd_appliance": {
-            "children": {
-                "prefill": {"hosts": {"gpu-prefill-01": None}},
-                "decode": {"hosts": {"gpu-decode-01": None}},
-                "router": {"hosts": {"gpu-prefill-01": None}},
-            },
-            "hosts": {
-                "gpu-prefill-01": _host("192.0.2.11", base / "prefill", "prefill"),
-                "gpu-decode-01": _host("192.0.2.12", base / "decode", "decode"),
-            },
-            "vars": {"serving_worker_bind_host": "0.0.0.0", "serving_ucx_net_devices": "mlx5_0:1",
-                     "serving_ib_device": "mlx5_0", "serving_cuda_graph": False},
-        }
-    }  # fmt: skip
+    # TP4 on GPUs 0-3 of each host.
+    hosts = two_host_layout(
+        {"appliance_root": str(base / "prefill"), "serving_prefill_gpus": [0, 1, 2, 3]},
+        {"appliance_root": str(base / "decode"), "serving_decode_gpus": [0, 1, 2, 3]},
+        serving_cuda_graph=False,
+    )
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
     _render(inventory / "hosts.yml", _render_vars(None), base)
     return base
