@@ -43,6 +43,10 @@ command -v docker >/dev/null || die "docker is missing: apt-get install -y docke
 docker info >/dev/null 2>&1 || die "dockerd does not answer: start it (dockerd &, or systemctl start docker)"
 TAG="$REPO:$(inputs_hash)"
 
+# One build at a time: scenarios and tests that start together wait for the first build and reuse it.
+exec 9>"${TMPDIR:-/tmp}/pdlab-host-image.lock"
+flock 9
+
 if docker image inspect "$TAG" >/dev/null 2>&1; then
   echo "$TAG"
   exit 0
