@@ -32,11 +32,6 @@ def series_identity(series_dir: Path) -> list[dict[str, str]]:
     return [{"name": name, "sha256": sha256_hex(data)} for name, data in raw]
 
 
-def series_digest(series: list[dict[str, str]]) -> str:
-    """One sha256 for a series identity (names and patch digests, in order)."""
-    return hashlib.sha256(json.dumps(series, sort_keys=True).encode()).hexdigest()
-
-
 def lock_identity(lock_dir: Path) -> list[dict[str, str]]:
     """[{name, sha256}] of the lock directory's files, by name."""
     if not lock_dir.is_dir():
