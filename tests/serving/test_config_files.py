@@ -1,0 +1,88 @@
+"""plugins/modules/pd_config_files through ansible: many directories and files in one module run."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from pd_testlib import ROOT, ansible_env
+
+
+def run_module(args: dict, *flags: str) -> dict:
+    """One `ansible localhost -m pd_config_files` run; its result (rc must be 0 unless it failed)."""
+    ansible = Path(sys.executable).parent / "ansible"
+    # The host's own Python, as on a lab host (the module needs nothing beyond ansible.module_utils).
+    cmd = [str(ansible), "localhost", "-c", "local", "-i", "localhost,", "-m", "pd_config_files",
+           "-e", "ansible_python_interpreter=/usr/bin/python3",
+           "-a", json.dumps(args), "--one-line", *flags]  # fmt: skip
+    done = subprocess.run(
+        cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False
+    )
+    # One line: `localhost | SUCCESS => {...}` (CHANGED, FAILED! likewise).
+    line = next(line for line in done.stdout.splitlines() if line.startswith("localhost | "))
+    status, result = line.split(" => ", 1)
+    return json.loads(result) | {"failed": "FAILED" in status, "output": done.stdout}
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def layout(tmp_path: Path, env_line: str) -> dict:
+    who = {"owner": str(os.getuid()), "group": str(os.getgid())}
+    return {
+        "directories": [
+            {"path": str(tmp_path / "etc/pd/conf.d"), "mode": "0750", **who},
+            {"path": str(tmp_path / "etc/pd/env"), "mode": "0700", **who},
+        ],
+        "files": [
+            {"path": str(tmp_path / "etc/pd/conf.d/decode.conf"), "content": "[program:decode]\n",
+             "mode": "0640", "name": "decode", **who},
+            {"path": str(tmp_path / "etc/pd/env/decode.env"), "content": env_line, "mode": "0600",
+             "name": "decode-env", **who},
+        ],
+    }  # fmt: skip
+
+
+def test_creates_then_changes_nothing_then_only_what_differs(tmp_path: Path) -> None:
+    first = run_module(layout(tmp_path, "KEY=1\n"))
+    assert first["changed"] and first["changed_names"] == ["decode", "decode-env"], first
+    # Parents it made carry the entry's attributes, as ansible.builtin.file gives them.
+    assert mode(tmp_path / "etc") == 0o750 and mode(tmp_path / "etc/pd/conf.d") == 0o750
+    assert mode(tmp_path / "etc/pd/env") == 0o700 and mode(tmp_path / "etc/pd/env/decode.env") == 0o600
+    assert (tmp_path / "etc/pd/conf.d/decode.conf").read_text() == "[program:decode]\n"
+
+    again = run_module(layout(tmp_path, "KEY=1\n"))
+    assert not again["changed"] and again["changed_names"] == [] and again["changed_paths"] == [], again
+
+    (tmp_path / "etc/pd/conf.d/decode.conf").chmod(0o644)  # attributes drifted: put back, reported
+    edited = run_module(layout(tmp_path, "KEY=2\n"))
+    assert edited["changed_names"] == ["decode", "decode-env"], edited
+    assert mode(tmp_path / "etc/pd/conf.d/decode.conf") == 0o640
+    assert (tmp_path / "etc/pd/env/decode.env").read_text() == "KEY=2\n"
+    assert not [p for p in (tmp_path / "etc/pd/env").iterdir() if p.name.startswith(".")], (
+        "temporary file left"
+    )
+
+
+def test_check_mode_reports_and_writes_nothing(tmp_path: Path) -> None:
+    checked = run_module(layout(tmp_path, "KEY=1\n"), "--check", "--diff")
+    assert checked["changed"] and checked["changed_names"] == ["decode", "decode-env"], checked
+    assert not (tmp_path / "etc").exists()
+    assert len(checked["changed_paths"]) == 4, checked  # two directories, two files
+
+
+def test_absent_removes_files_and_a_missing_directory_is_named(tmp_path: Path) -> None:
+    run_module(layout(tmp_path, "KEY=1\n"))
+    stale = tmp_path / "etc/pd/conf.d/decode-1.conf"
+    stale.write_text("old\n")
+    removed = run_module({"absent": [str(stale), str(tmp_path / "never-there")]})
+    assert removed["changed_paths"] == [str(stale)] and not stale.exists(), removed
+
+    orphan = {"files": [{"path": str(tmp_path / "nowhere/x.conf"), "content": "x\n"}]}
+    failed = run_module(orphan)
+    assert failed["failed"] and "does not exist: list it in directories" in failed["msg"], failed
