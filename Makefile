@@ -87,10 +87,11 @@ molecule-driver: venv
 
 # Every molecule scenario at once: each has its own lab network, containers, stand-in ports and SSH
 # control sockets. One scenario keeps about one core busy (ansible runs one task at a time), so on
-# CI's two cores the three share them instead of waiting for each other (docs/molecule.md). Each
-# line is labelled with its scenario.
+# CI's two cores the three share them instead of waiting for each other (docs/molecule.md). Their
+# lines interleave as they come, each labelled with its scenario and elapsed seconds (make's
+# --output-sync would hold a scenario's whole output until it ends).
 molecule-scenarios: venv
-	$(MAKE) --no-print-directory -j3 --output-sync=line molecule molecule-driver molecule-multinode
+	$(MAKE) --no-print-directory -j3 molecule molecule-driver molecule-multinode
 
 # System packages the tests need: installed as root, else checked and named (scripts/system-packages.sh).
 system:
