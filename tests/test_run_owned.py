@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -10,16 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pd_testlib import run_owned
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is gone in every way that matters (it holds no CPU); reaped by its parent or init.
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+from pd_testlib import alive, run_owned
 
 
 def test_a_timeout_kills_the_grandchildren_too(tmp_path: Path) -> None:
@@ -34,9 +24,9 @@ def test_a_timeout_kills_the_grandchildren_too(tmp_path: Path) -> None:
         run_owned([sys.executable, "-c", script], timeout=3)
     grandchild = int(pid_file.read_text())
     deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
+    while alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(grandchild), "the grandchild outlived the test that gave up on its parent"
+    assert not alive(grandchild), "the grandchild outlived the test that gave up on its parent"
 
 
 def test_a_finished_command_returns_its_output() -> None:
