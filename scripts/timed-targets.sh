@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Runs `make <target>` for each target given, in order, stops at the first that fails, and prints
 # how long each took: the table of where `make test` (and CI) spends its time (docs/molecule.md).
+# Then, for a command that failed under scripts/elapsed.py (the molecule scenarios), the few lines
+# saying why: last, since CI shows only the tail of its log.
 set -u
+export PD_FAILURE_DIR="${PD_FAILURE_DIR:-$PWD/artifacts/failures}"
+rm -rf "$PD_FAILURE_DIR"
 status=0
 table=()
 for target in "$@"; do
@@ -12,4 +16,8 @@ for target in "$@"; do
 done
 echo "== time per target"
 printf '  %s\n' "${table[@]}"
+if [ -d "$PD_FAILURE_DIR" ]; then
+  echo "== why it failed (the full lines are above)"
+  cat "$PD_FAILURE_DIR"/*.txt
+fi
 exit "$status"
