@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Bits per element of every dtype the safetensors format defines (sub-byte types are packed).
@@ -54,6 +55,8 @@ class SafetensorsSummary:
     tensors: frozenset[str]
     header_bytes: int
     data_bytes: int
+    # Bytes of each tensor's data (the roofline sums them by tensor group: pd_appliance.bench.roofline).
+    tensor_bytes: Mapping[str, int] = field(default_factory=dict, compare=False)
 
 
 def read_safetensors_summary(path: Path) -> SafetensorsSummary:
@@ -83,7 +86,10 @@ def read_safetensors_summary(path: Path) -> SafetensorsSummary:
         ranges.append((*_tensor_range(name, entry, data_bytes), name))
     _check_tiling(ranges, data_bytes)
     return SafetensorsSummary(
-        tensors=frozenset(name for *_, name in ranges), header_bytes=header_len, data_bytes=data_bytes
+        tensors=frozenset(name for *_, name in ranges),
+        header_bytes=header_len,
+        data_bytes=data_bytes,
+        tensor_bytes={name: end - begin for begin, end, name in ranges},
     )
 
 

@@ -1,0 +1,175 @@
+"""The memory-bound decode limit of a serving layout: how many output tok/s the GPUs' memory
+bandwidth allows at most, so a report can say how far a measured figure is from it.
+
+A decode step reads, on every GPU of an instance (tensor parallel over `tp` GPUs):
+- its share (1/tp) of the dense weights: attention, shared experts, gates, norms, the LM head
+  (every step reads them whole; the embedding is left out: a step reads one row a token);
+- its share of the routed experts the batch touches in each MoE layer: with B tokens each routed
+  to k of E experts, E * (1 - (1 - k/E)^B) distinct experts if routing were uniform. Real routing
+  is skewed and touches fewer, so the limit here is a little low at mid batches, never high at bs=1;
+- the whole KV of every sequence in the batch: MLA keeps one latent KV head that every TP rank holds
+  whole, so KV is not divided by tp. Counted as all the KV the sequence holds (an upper bound: the
+  sparse attention of DeepSeek-V4 reads a top-k subset of the compressed tokens).
+
+A step moves those bytes at the GPU's memory bandwidth at best, and yields one token per sequence
+(speculative decoding is not modelled: a speculative figure may exceed the plain limit, and the
+report says so). The MTP layers are left out for the same reason. docs/roofline.md has the worked
+example for this checkpoint on RTX PRO 6000.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# A routed expert's tensor: model.layers.<L>.mlp.experts.<E>.<proj>... (the NVFP4 release's names).
+ROUTED_EXPERT = re.compile(r"(?:^|\.)layers\.(\d+)\.mlp\.experts\.(\d+)\.")
+LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+EMBEDDING = re.compile(r"embed_tokens")
+MTP = re.compile(r"(?:^|\.)mtp[._]")
+# NVFP4: 4 bits a weight plus one FP8 scale per 16 (weight_scale), per-tensor F32 scales aside.
+NVFP4_BYTES_PER_PARAM = 0.5 + 1 / 16
+
+
+class RooflineError(ValueError):
+    """The inputs cannot give a limit; the message says which input and how to fix it."""
+
+
+@dataclass(frozen=True)
+class WeightGroups:
+    """The checkpoint's bytes as a decode step reads them."""
+
+    dense_bytes: int
+    routed_expert_bytes: float
+    moe_layers: int
+    experts: int
+    experts_per_token: int
+    source: str
+
+    def routed_bytes_touched(self, batch: int) -> float:
+        """Bytes of routed experts a step reads over all MoE layers for `batch` tokens."""
+        touched = experts_touched(self.experts, self.experts_per_token, batch)
+        return self.routed_expert_bytes * self.moe_layers * touched
+
+
+def experts_touched(experts: int, per_token: int, batch: int) -> float:
+    """Distinct experts `batch` tokens touch in a layer, each picking `per_token` of `experts` uniformly."""
+    if experts <= 0 or not 0 < per_token <= experts:
+        raise RooflineError(f"experts {experts} and experts per token {per_token} do not make a MoE layer")
+    if batch <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - per_token / experts) ** batch)
+
+
+def _moe_shape(config: Mapping[str, Any]) -> tuple[int, int, int]:
+    try:
+        layers = int(config["num_hidden_layers"])
+        experts = int(config["n_routed_experts"])
+        per_token = int(config["num_experts_per_tok"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RooflineError(
+            f"config.json lacks {exc} (num_hidden_layers, n_routed_experts, num_experts_per_tok):"
+            " not a MoE checkpoint"
+        ) from exc
+    dense_first = int(config.get("first_k_dense_replace") or 0)
+    return layers - dense_first, experts, per_token
+
+
+def groups_from_tensors(tensor_bytes: Mapping[str, int], config: Mapping[str, Any]) -> WeightGroups:
+    """The groups from the checkpoint's own tensors (safetensors headers: name -> bytes)."""
+    _, experts, per_token = _moe_shape(config)
+    main_layers = int(config["num_hidden_layers"])
+    routed = dense = 0
+    expert_ids: set[tuple[int, int]] = set()
+    for name, size in tensor_bytes.items():
+        layer = LAYER.search(name)
+        if MTP.search(name) or (layer and int(layer.group(1)) >= main_layers) or EMBEDDING.search(name):
+            continue
+        match = ROUTED_EXPERT.search(name)
+        if match:
+            routed += size
+            expert_ids.add((int(match.group(1)), int(match.group(2))))
+        else:
+            dense += size
+    if not expert_ids:
+        raise RooflineError("no routed-expert tensor (layers.<L>.mlp.experts.<E>.) in the checkpoint")
+    return WeightGroups(
+        dense_bytes=dense,
+        routed_expert_bytes=routed / len(expert_ids),
+        moe_layers=len({layer for layer, _ in expert_ids}),
+        experts=experts,
+        experts_per_token=per_token,
+        source="checkpoint tensors",
+    )
+
+
+def groups_from_config(config: Mapping[str, Any], dense_bytes: int) -> WeightGroups:
+    """The groups from config.json alone, for a checkpoint not on this machine: routed experts as
+    three NVFP4 matrices (gate, up, down) of hidden x moe_intermediate_size; the dense bytes given."""
+    moe_layers, experts, per_token = _moe_shape(config)
+    params = 3 * int(config["hidden_size"]) * int(config["moe_intermediate_size"])
+    return WeightGroups(
+        dense_bytes=dense_bytes,
+        routed_expert_bytes=params * NVFP4_BYTES_PER_PARAM,
+        moe_layers=moe_layers,
+        experts=experts,
+        experts_per_token=per_token,
+        source="config.json (routed experts as NVFP4) and a stated dense size",
+    )
+
+
+def nvml_bandwidth_bytes_s(bus_width_bits: int, max_memory_clock_mhz: int) -> float:
+    """Peak memory bandwidth from NVML's bus width and maximum memory clock: two transfers a clock
+    (NVML reports the clock of double-data-rate memories at half their data rate)."""
+    if bus_width_bits <= 0 or max_memory_clock_mhz <= 0:
+        raise RooflineError(
+            f"NVML gave bus width {bus_width_bits} bits and memory clock {max_memory_clock_mhz} MHz: set"
+            " validation_gpu_memory_bandwidth_gb_s to the GPU's datasheet figure"
+        )
+    return 2 * max_memory_clock_mhz * 1e6 * bus_width_bits / 8
+
+
+def step_bytes_per_gpu(groups: WeightGroups, tp: int, batch: int, kv_bytes_per_sequence: float) -> float:
+    """Bytes one GPU of a TP-`tp` instance reads in a decode step of `batch` sequences."""
+    if tp < 1:
+        raise RooflineError(f"tensor parallel size {tp} is not at least 1")
+    weights = (groups.dense_bytes + groups.routed_bytes_touched(batch)) / tp
+    return weights + batch * kv_bytes_per_sequence
+
+
+def instance_limit_tok_s(
+    groups: WeightGroups, tp: int, batch: int, bandwidth_bytes_s: float, kv_bytes_per_sequence: float
+) -> float:
+    """Output tok/s of one decode instance at `batch` sequences, if memory bandwidth were all."""
+    if batch <= 0:
+        return 0.0
+    return batch * bandwidth_bytes_s / step_bytes_per_gpu(groups, tp, batch, kv_bytes_per_sequence)
+
+
+def layout_limit_tok_s(
+    groups: WeightGroups,
+    decode_tp: Sequence[int],
+    concurrency: int,
+    bandwidth_bytes_s: float,
+    kv_bytes_per_sequence: float,
+) -> float:
+    """Output tok/s of every decode instance together (PD decodes or aggregated replicas), the
+    `concurrency` requests spread as evenly as a router can (some instances get one more)."""
+    if not decode_tp:
+        raise RooflineError("the layout has no decode instance (no decode or aggregated role)")
+    base, extra = divmod(concurrency, len(decode_tp))
+    batches = [base + (1 if i < extra else 0) for i in range(len(decode_tp))]
+    return sum(
+        instance_limit_tok_s(groups, tp, batch, bandwidth_bytes_s, kv_bytes_per_sequence)
+        for tp, batch in zip(decode_tp, batches, strict=True)
+    )
+
+
+def efficiency(measured_tok_s: float, limit_tok_s: float) -> float | None:
+    """measured / limit, or None without a limit."""
+    if not limit_tok_s or math.isnan(limit_tok_s):
+        return None
+    return measured_tok_s / limit_tok_s
