@@ -80,6 +80,14 @@ options:
       recorded it (pd_appliance.serving.startup_log); a fallback named there fails the report.
     type: dict
     default: {}
+  roofline:
+    description:
+      - The decode roofline beside the running variant's figures (pd_appliance.bench.roofline),
+        C({model_dir, context_tokens, bandwidth_gb_s}): the checkpoint on this host, the tokens of
+        context a request holds, and a bandwidth that overrides NVML's (0 = NVML's, from
+        I(metadata.gpus)). Empty = no roofline. Never fails the report; an error is reported.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -136,6 +144,21 @@ def _thresholds(module: AnsibleModule, raw: dict, name: str = "thresholds") -> d
     return out
 
 
+def _roofline(report: dict, options: dict) -> dict:
+    """The running variant's roofline section (pd_appliance.bench.roofline.report_section)."""
+    from pd_appliance.bench.roofline import report_section
+
+    running = next(v for v in report["variants"] if v.get("variant") == report["selected_variant"])
+    return report_section(
+        running,
+        report.get("engine_startup") or {},
+        (report.get("metadata") or {}).get("gpus") or [],
+        options["model_dir"],
+        int(options.get("context_tokens") or 0),
+        float(options.get("bandwidth_gb_s") or 0.0),
+    )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -155,6 +178,7 @@ def main() -> None:
             "targets": {"type": "dict", "default": {}},
             "decode_concurrency_levels": {"type": "list", "elements": "int", "default": []},
             "engine_startup": {"type": "dict", "default": {}},
+            "roofline": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -189,6 +213,8 @@ def main() -> None:
         )
     except ReportError as err:
         module.fail_json(msg=f"pd_bench_report: {err}")
+    if p["roofline"].get("model_dir"):
+        report["roofline"] = _roofline(report, p["roofline"])
     if module.check_mode:
         module.exit_json(changed=False, passed=report["passed"], failure_message=report["failure_message"],
                          gates=report["gates"], paths={}, accepted=None)  # fmt: skip

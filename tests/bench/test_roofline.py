@@ -108,3 +108,69 @@ def test_a_config_without_experts_is_refused() -> None:
         roofline.groups_from_config({"num_hidden_layers": 2}, dense_bytes=1)
     with pytest.raises(roofline.RooflineError, match="no routed-expert tensor"):
         roofline.groups_from_tensors({"lm_head.weight": 10}, TINY_CONFIG)
+
+
+def _rehearsal_checkpoint(directory: Path) -> None:
+    from pd_standins import hub
+
+    for name, content in hub.rehearsal_checkpoint_files().items():
+        (directory / name).write_bytes(content)
+
+
+ENGINE_STARTUP = {
+    "gpu-node-01": {
+        "prefill": {
+            "choices": {"disaggregation_mode": "prefill"},
+            "env": {"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+        },
+        "decode": {"choices": {"disaggregation_mode": "decode"}, "env": {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}},
+    }
+}
+RTX_PRO_6000 = {"memory_bus_width_bits": 512, "memory_clock_max_mhz": 14000}
+MEASUREMENT = {
+    "variant": "deployed",
+    "phases": [{"concurrency": 1, "output_tok_s": 90.0}, {"concurrency": 16, "output_tok_s": 1300.0}],
+}
+
+
+def test_the_report_section_of_a_pd_layout(tmp_path: Path) -> None:
+    _rehearsal_checkpoint(tmp_path)
+    section = roofline.report_section(MEASUREMENT, ENGINE_STARTUP, [RTX_PRO_6000] * 8, tmp_path, 1280)
+    assert "error" not in section, section
+    # Only the decode counts, with its four GPUs; the bandwidth is NVML's 1,792 GB/s.
+    assert section["decode_tp_sizes"] == [4]
+    assert section["bandwidth_gb_s"] == pytest.approx(1792.0)
+    groups = roofline.checkpoint_groups(tmp_path)
+    kv = roofline.kv_bytes_per_token(tmp_path) * 1280
+    for label, concurrency, measured in (("bs=1", 1, 90.0), ("C=16", 16, 1300.0)):
+        level = section["levels"][label]
+        assert level["limit_tok_s"] == pytest.approx(
+            roofline.instance_limit_tok_s(groups, 4, concurrency, 1.792e12, kv)
+        )
+        assert level["efficiency"] == pytest.approx(measured / level["limit_tok_s"])
+    assert "stand_in" not in section
+    lines = roofline.markdown(section)
+    assert lines[1].startswith("## Roofline")
+    assert any(line.startswith("| C=16 | 1300.0 |") for line in lines)
+
+
+def test_the_report_section_says_what_is_missing(tmp_path: Path) -> None:
+    # No checkpoint yet: the section says so, the report is still written.
+    section = roofline.report_section(MEASUREMENT, ENGINE_STARTUP, [RTX_PRO_6000], tmp_path, 1280)
+    assert "no *.safetensors" in section["error"]
+    _rehearsal_checkpoint(tmp_path)
+    # GPUs whose NVML has no bus width: the fix is the override, which then wins.
+    section = roofline.report_section(MEASUREMENT, ENGINE_STARTUP, [{"name": "x"}], tmp_path, 1280)
+    assert "validation_gpu_memory_bandwidth_gb_s" in section["error"]
+    section = roofline.report_section(MEASUREMENT, ENGINE_STARTUP, [{"name": "x"}], tmp_path, 1280, 1000.0)
+    assert section["bandwidth_gb_s"] == pytest.approx(1000.0)
+    assert section["bandwidth_source"] == "validation_gpu_memory_bandwidth_gb_s"
+    assert roofline.markdown({"error": "why"})[-1] == "Not computed: why"
+
+
+def test_simulated_gpus_are_named_in_the_section(tmp_path: Path) -> None:
+    _rehearsal_checkpoint(tmp_path)
+    gpus = [{**RTX_PRO_6000, "simulated": True}]
+    section = roofline.report_section(MEASUREMENT, ENGINE_STARTUP, gpus, tmp_path, 1280)
+    assert section["stand_in"].startswith("STAND-IN")
+    assert f"{section['stand_in']}." in roofline.markdown(section)

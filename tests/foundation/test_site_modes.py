@@ -8,6 +8,7 @@ started the way `make rehearse` starts it): fresh --check -> converge -> here: c
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
@@ -89,3 +90,17 @@ def test_converged_check_changes_nothing_and_every_tag_runs_alone(converged_site
             # in place, the patch series applied once).
             changed = re.findall(r"TASK \[([^\]]+)\][^\n]*\nchanged:", alone.stdout)
             assert _recap(alone)["changed"] == 0, f"--tags provision changed: {changed}"
+
+
+def test_the_converged_report_has_the_roofline_of_its_layout(converged_site: ConvergedSite) -> None:
+    """docs/roofline.md in the validation report: the running layout's decode (four simulated GPUs at
+    the stand-in NVML's 1,792 GB/s) and the stand-in checkpoint's tensors, a limit and an efficiency
+    at each measured level, and the section named a stand-in."""
+    converged_site.require_deploy()
+    report = json.loads(next(converged_site.artifacts.glob("validation/**/report.json")).read_text())
+    roof = report["roofline"]
+    assert (roof["decode_tp_sizes"], round(roof["bandwidth_gb_s"])) == ([4], 1792), roof
+    assert set(roof["levels"]) == {"bs=1", "C=16"}
+    for level in roof["levels"].values():
+        assert level["efficiency"] == level["measured_tok_s"] / level["limit_tok_s"] > 0
+    assert roof["stand_in"].startswith("STAND-IN")

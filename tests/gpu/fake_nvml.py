@@ -118,6 +118,15 @@ class FakeNvml:
         assert (error_type, counter) == (1, 0), "facts report uncorrected volatile ECC errors"
         return _answer(self.devices[h]["ecc_uncorrected_volatile"])
 
+    # Not in the H200 record (taken before the roofline needed them): NVML_ERROR_NOT_SUPPORTED, as a
+    # board without the query answers, until a device session records them.
+    def nvmlDeviceGetMemoryBusWidth(self, h: int) -> int:
+        return _answer(self.devices[h].get("memory_bus_width", {"error": 3}))
+
+    def nvmlDeviceGetMaxClockInfo(self, h: int, clock: int) -> int:
+        assert clock == 2, "facts read the maximum memory clock (NVML_CLOCK_MEM)"
+        return _answer(self.devices[h].get("max_memory_clock", {"error": 3}))
+
     def nvmlDeviceGetNvLinkState(self, h: int, link: int) -> int:
         remotes = self.nvlink_remote.get(h)
         if remotes is None:

@@ -44,6 +44,9 @@ def test_pass_accepts_then_regression_errors_and_floor_fail_with_report(
     assert {p.name for p in artifacts.iterdir()} >= {"report.json", "report.md", "report.png"}
     assert report["metadata"]["gpus"][0]["name"].startswith("Simulated NVIDIA RTX PRO 6000")
     assert report["metadata"]["env_hooks"]["common"]["PD_SIM_TPOT_MS"] == "2"  # the hooks in force
+    # validate.yml alone, before any checkpoint: the report says why it has no roofline (the roofline of
+    # a converged layout: tests/foundation/test_pd_appliance_cli.py).
+    assert "the checkpoint stage has not run" in report["roofline"]["error"]
     history = (host_state(rehearsal_inventory_copy) / "history.jsonl").read_text().splitlines()
     assert len(history) == 1
     c16_first = report["figures"]["C=16 output tok/s"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pd_appliance
-from pd_appliance.bench import SCHEMA_VERSION, engine_choices, gates, history
+from pd_appliance.bench import SCHEMA_VERSION, engine_choices, gates, history, roofline
 
 
 class ReportError(ValueError):
@@ -296,6 +296,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"{_fmt(g['limit'], 2)} | {g['message']} |"
         )
     lines += engine_choices.markdown(report.get("engine_startup"))
+    lines += roofline.markdown(report.get("roofline"))
     targets = report.get("targets") or []
     if targets:
         lines += [

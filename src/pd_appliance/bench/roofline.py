@@ -19,10 +19,12 @@ example for this checkpoint on RTX PRO 6000.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # A routed expert's tensor: model.layers.<L>.mlp.experts.<E>.<proj>... (the NVFP4 release's names).
@@ -173,3 +175,139 @@ def efficiency(measured_tok_s: float, limit_tok_s: float) -> float | None:
     if not limit_tok_s or math.isnan(limit_tok_s):
         return None
     return measured_tok_s / limit_tok_s
+
+
+# ---- The report's section (pd_bench_report on the measuring host) ----------------------------------
+
+
+def decode_tp_sizes(engine_startup: Mapping[str, Mapping[str, Any]]) -> list[int]:
+    """TP sizes of the running layout's decoding instances (every instance that is not a prefill),
+    from what each engine started with: its CUDA_VISIBLE_DEVICES count."""
+    sizes: list[int] = []
+    for host in sorted(engine_startup):
+        for name in sorted(engine_startup[host]):
+            record = engine_startup[host][name] or {}
+            if (record.get("choices") or {}).get("disaggregation_mode") == "prefill":
+                continue
+            devices = str((record.get("env") or {}).get("CUDA_VISIBLE_DEVICES", ""))
+            count = len([d for d in devices.split(",") if d.strip()])
+            if count:
+                sizes.append(count)
+    return sizes
+
+
+def checkpoint_groups(model_dir: str | Path) -> WeightGroups:
+    """The tensor groups of the checkpoint in `model_dir` (its config.json and shard headers)."""
+    from pd_appliance.checkpoint.safetensors_format import read_safetensors_summary
+
+    directory = Path(model_dir)
+    shards = sorted(directory.glob("*.safetensors"))
+    if not shards:
+        raise RooflineError(f"no *.safetensors in {directory}: the checkpoint stage has not run")
+    tensor_bytes: dict[str, int] = {}
+    for shard in shards:
+        tensor_bytes.update(read_safetensors_summary(shard).tensor_bytes)
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    return groups_from_tensors(tensor_bytes, config)
+
+
+def kv_bytes_per_token(model_dir: str | Path) -> float:
+    """KV bytes a token of context holds on each rank (DeepSeek-V4's pools as SGLang sizes them)."""
+    from pd_appliance.model.deepseek_v4 import bytes_per_full_token, load_shape
+
+    return bytes_per_full_token(load_shape(model_dir))
+
+
+def gpu_bandwidth(gpus: Sequence[Mapping[str, Any]], override_gb_s: float) -> tuple[float, str]:
+    """Bytes/s a GPU reads at most, and where the figure comes from (the slowest GPU of the host)."""
+    if override_gb_s > 0:
+        return override_gb_s * 1e9, "validation_gpu_memory_bandwidth_gb_s"
+    figures = [
+        nvml_bandwidth_bytes_s(int(g["memory_bus_width_bits"]), int(g["memory_clock_max_mhz"]))
+        for g in gpus
+        if g.get("memory_bus_width_bits") and g.get("memory_clock_max_mhz")
+    ]
+    if not figures:
+        raise RooflineError(
+            "NVML gave no memory bus width and clock for this host's GPUs: set"
+            " validation_gpu_memory_bandwidth_gb_s to the GPU's datasheet figure"
+        )
+    return min(figures), "NVML (bus width x 2 x maximum memory clock)"
+
+
+def report_section(
+    measurement: Mapping[str, Any],
+    engine_startup: Mapping[str, Mapping[str, Any]],
+    gpus: Sequence[Mapping[str, Any]],
+    model_dir: str | Path,
+    context_tokens: int,
+    bandwidth_override_gb_s: float = 0.0,
+) -> dict[str, Any]:
+    """Limit and efficiency at each measured level of the running variant, or {"error": why}: a
+    report is never refused for want of a roofline."""
+    from pd_appliance.checkpoint.safetensors_format import SafetensorsFormatError
+    from pd_appliance.model.deepseek_v4 import ModelConfigError
+
+    try:
+        groups = checkpoint_groups(model_dir)
+        kv_sequence = kv_bytes_per_token(model_dir) * context_tokens
+        bandwidth, bandwidth_source = gpu_bandwidth(gpus, bandwidth_override_gb_s)
+        tp_sizes = decode_tp_sizes(engine_startup)
+        levels = {}
+        for phase in measurement.get("phases") or []:
+            concurrency = int(phase["concurrency"])
+            limit = layout_limit_tok_s(groups, tp_sizes, concurrency, bandwidth, kv_sequence)
+            measured = float(phase.get("output_tok_s") or 0.0)
+            label = "bs=1" if concurrency == 1 else f"C={concurrency}"
+            levels[label] = {
+                "measured_tok_s": measured,
+                "limit_tok_s": limit,
+                "efficiency": efficiency(measured, limit),
+            }
+    except (RooflineError, ModelConfigError, SafetensorsFormatError, OSError, ValueError, KeyError) as err:
+        return {"error": str(err)}
+    section: dict[str, Any] = {
+        "variant": measurement.get("variant"),
+        "levels": levels,
+        "decode_tp_sizes": tp_sizes,
+        "bandwidth_gb_s": bandwidth / 1e9,
+        "bandwidth_source": bandwidth_source,
+        "dense_gb": groups.dense_bytes / 1e9,
+        "routed_expert_mb": groups.routed_expert_bytes / 1e6,
+        "moe_layers": groups.moe_layers,
+        "experts": f"{groups.experts_per_token} of {groups.experts} a token",
+        "kv_mb_per_sequence": kv_sequence / 1e6,
+        "context_tokens": context_tokens,
+        "groups_from": groups.source,
+        "method": "docs/roofline.md: memory-bound decode without speculation (which may exceed it)",
+    }
+    if any(gpu.get("simulated") for gpu in gpus):
+        section["stand_in"] = "STAND-IN: simulated GPUs and a stand-in checkpoint; no figure of real hardware"
+    return section
+
+
+def markdown(section: Mapping[str, Any] | None) -> list[str]:
+    """The report's roofline lines."""
+    if not section:
+        return []
+    lines = ["", "## Roofline (memory-bound decode limit, docs/roofline.md)", ""]
+    if section.get("error"):
+        return [*lines, f"Not computed: {section['error']}"]
+    lines += [
+        f"Variant {section['variant']}: decode TP sizes {section['decode_tp_sizes']}, "
+        f"{section['bandwidth_gb_s']:.0f} GB/s a GPU ({section['bandwidth_source']}), dense "
+        f"{section['dense_gb']:.2f} GB, an expert {section['routed_expert_mb']:.2f} MB x "
+        f"{section['moe_layers']} layers ({section['experts']}), KV "
+        f"{section['kv_mb_per_sequence']:.1f} MB a sequence ({section['context_tokens']} tokens).",
+        "",
+        *([f"{section['stand_in']}.", ""] if section.get("stand_in") else []),
+        "| level | measured tok/s | limit tok/s | efficiency |",
+        "| --- | --- | --- | --- |",
+    ]
+    for label, level in section["levels"].items():
+        share = level["efficiency"]
+        lines.append(
+            f"| {label} | {level['measured_tok_s']:.1f} | {level['limit_tok_s']:.1f} | "
+            f"{'n/a' if share is None else f'{share:.2%}'} |"
+        )
+    return lines

@@ -36,9 +36,13 @@ GPU_KEYS = (
     "cpu_list",
     "persistence_mode",
     "ecc_errors_uncorrected",
+    "memory_bus_width_bits",
+    "memory_clock_max_mhz",
     "simulated",
 )
 NVML_ERROR_NOT_SUPPORTED = 3
+# pynvml's NVML_CLOCK_MEM (nvmlClockType_t).
+NVML_CLOCK_MEM = 2
 MIB = 1024 * 1024
 
 
@@ -91,6 +95,9 @@ def gpu_entry(nvml: Any, handle: Any, index: int, sysfs_root: Any) -> dict[str, 
         nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
         nvml.NVML_VOLATILE_ECC,
     )
+    # The memory bandwidth the decode roofline divides by (pd_appliance.bench.roofline).
+    bus_width = _optional(nvml, nvml.nvmlDeviceGetMemoryBusWidth, handle)
+    memory_clock = _optional(nvml, nvml.nvmlDeviceGetMaxClockInfo, handle, NVML_CLOCK_MEM)
     return {
         "index": index,
         "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
@@ -108,6 +115,8 @@ def gpu_entry(nvml: Any, handle: Any, index: int, sysfs_root: Any) -> dict[str, 
         "cpu_list": sysfs.cpu_list(sysfs_root, address),
         "persistence_mode": None if persistence is None else bool(persistence == nvml.NVML_FEATURE_ENABLED),
         "ecc_errors_uncorrected": None if ecc is None else int(ecc),
+        "memory_bus_width_bits": None if bus_width is None else int(bus_width),
+        "memory_clock_max_mhz": None if memory_clock is None else int(memory_clock),
         "simulated": False,
     }
 

@@ -41,6 +41,10 @@ def simulated_gpu(index: int) -> dict[str, Any]:
         "cpu_list": f"{first_cpu}-{first_cpu + CPUS_PER_NUMA_NODE - 1}",
         "persistence_mode": True,
         "ecc_errors_uncorrected": 0,
+        # 512-bit GDDR7 at 28 Gb/s, NVIDIA's datasheet figure of 1,792 GB/s, as NVML's bus width
+        # and double-data-rate clock (2 x 14,000 MHz x 64 bytes). Not read off a real board here.
+        "memory_bus_width_bits": 512,
+        "memory_clock_max_mhz": 14000,
         "simulated": True,
     }
 

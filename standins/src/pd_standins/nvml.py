@@ -25,6 +25,8 @@ NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
+# nvmlClockType_t, as pynvml names it.
+NVML_CLOCK_MEM = 2
 MIB = 1024 * 1024
 _STARTED = time.monotonic()
 _state = {"initialised": False}
@@ -143,6 +145,14 @@ def nvmlDeviceGetTemperature(handle: _Handle, sensor: int) -> int:
 def nvmlDeviceGetClockInfo(handle: _Handle, clock: int) -> int:
     _gpu(handle)
     return {0: 180, 1: 180, 2: 405}.get(clock, 0)  # MHz, idle
+
+
+def nvmlDeviceGetMemoryBusWidth(handle: _Handle) -> int:
+    return int(_gpu(handle)["memory_bus_width_bits"])
+
+
+def nvmlDeviceGetMaxClockInfo(handle: _Handle, clock: int) -> int:
+    return int(_gpu(handle)["memory_clock_max_mhz"]) if clock == NVML_CLOCK_MEM else 0
 
 
 def nvmlDeviceGetCurrPcieLinkGeneration(handle: _Handle) -> int:
