@@ -140,8 +140,9 @@ def test_the_report_section_of_a_pd_layout(tmp_path: Path) -> None:
     # Only the decode counts, with its four GPUs; the bandwidth is NVML's 1,792 GB/s.
     assert section["decode_tp_sizes"] == [4]
     assert section["bandwidth_gb_s"] == pytest.approx(1792.0)
-    groups = roofline.checkpoint_groups(tmp_path)
-    kv = roofline.kv_bytes_per_token(tmp_path) * 1280
+    config = json.loads((tmp_path / "config.json").read_text())
+    groups = roofline.checkpoint_groups(roofline.checkpoint_shards(tmp_path), config)
+    kv = roofline.kv_bytes_per_token(config) * 1280
     for label, concurrency, measured in (("bs=1", 1, 90.0), ("C=16", 16, 1300.0)):
         level = section["levels"][label]
         assert level["limit_tok_s"] == pytest.approx(

@@ -19,13 +19,21 @@ example for this checkpoint on RTX PRO 6000.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pd_appliance.bench.gates import concurrency_label
+from pd_appliance.checkpoint.safetensors_format import SafetensorsFormatError, read_safetensors_summary
+from pd_appliance.model.deepseek_v4 import (
+    DeepSeekV4Shape,
+    ModelConfigError,
+    bytes_per_full_token,
+    load_config,
+)
 
 # A routed expert's tensor: model.layers.<L>.mlp.experts.<E>.<proj>... (the NVFP4 release's names).
 ROUTED_EXPERT = re.compile(r"(?:^|\.)layers\.(\d+)\.mlp\.experts\.(\d+)\.")
@@ -196,26 +204,25 @@ def decode_tp_sizes(engine_startup: Mapping[str, Mapping[str, Any]]) -> list[int
     return sizes
 
 
-def checkpoint_groups(model_dir: str | Path) -> WeightGroups:
-    """The tensor groups of the checkpoint in `model_dir` (its config.json and shard headers)."""
-    from pd_appliance.checkpoint.safetensors_format import read_safetensors_summary
-
-    directory = Path(model_dir)
-    shards = sorted(directory.glob("*.safetensors"))
+def checkpoint_shards(model_dir: str | Path) -> list[Path]:
+    """The checkpoint's shard files, or why there are none."""
+    shards = sorted(Path(model_dir).glob("*.safetensors"))
     if not shards:
-        raise RooflineError(f"no *.safetensors in {directory}: the checkpoint stage has not run")
+        raise RooflineError(f"no *.safetensors in {model_dir}: the checkpoint stage has not run")
+    return shards
+
+
+def checkpoint_groups(shards: Sequence[Path], config: Mapping[str, Any]) -> WeightGroups:
+    """The tensor groups from the shards' headers and the checkpoint's config."""
     tensor_bytes: dict[str, int] = {}
     for shard in shards:
         tensor_bytes.update(read_safetensors_summary(shard).tensor_bytes)
-    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     return groups_from_tensors(tensor_bytes, config)
 
 
-def kv_bytes_per_token(model_dir: str | Path) -> float:
+def kv_bytes_per_token(config: Mapping[str, Any]) -> float:
     """KV bytes a token of context holds on each rank (DeepSeek-V4's pools as SGLang sizes them)."""
-    from pd_appliance.model.deepseek_v4 import bytes_per_full_token, load_shape
-
-    return bytes_per_full_token(load_shape(model_dir))
+    return bytes_per_full_token(DeepSeekV4Shape.from_config(config))
 
 
 def gpu_bandwidth(gpus: Sequence[Mapping[str, Any]], override_gb_s: float) -> tuple[float, str]:
@@ -245,12 +252,11 @@ def report_section(
 ) -> dict[str, Any]:
     """Limit and efficiency at each measured level of the running variant, or {"error": why}: a
     report is never refused for want of a roofline."""
-    from pd_appliance.checkpoint.safetensors_format import SafetensorsFormatError
-    from pd_appliance.model.deepseek_v4 import ModelConfigError
-
     try:
-        groups = checkpoint_groups(model_dir)
-        kv_sequence = kv_bytes_per_token(model_dir) * context_tokens
+        shards = checkpoint_shards(model_dir)
+        config = load_config(model_dir)
+        groups = checkpoint_groups(shards, config)
+        kv_sequence = kv_bytes_per_token(config) * context_tokens
         bandwidth, bandwidth_source = gpu_bandwidth(gpus, bandwidth_override_gb_s)
         tp_sizes = decode_tp_sizes(engine_startup)
         levels = {}
@@ -258,8 +264,7 @@ def report_section(
             concurrency = int(phase["concurrency"])
             limit = layout_limit_tok_s(groups, tp_sizes, concurrency, bandwidth, kv_sequence)
             measured = float(phase.get("output_tok_s") or 0.0)
-            label = "bs=1" if concurrency == 1 else f"C={concurrency}"
-            levels[label] = {
+            levels[concurrency_label(concurrency)] = {
                 "measured_tok_s": measured,
                 "limit_tok_s": limit,
                 "efficiency": efficiency(measured, limit),

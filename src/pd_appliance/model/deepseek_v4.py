@@ -104,8 +104,9 @@ def _int(config: Mapping[str, Any], name: str) -> int:
     return value
 
 
-def load_shape(model_dir: str | Path) -> DeepSeekV4Shape:
-    """The shape of the checkpoint in `model_dir` (its config.json)."""
+def load_config(model_dir: str | Path) -> dict[str, Any]:
+    """The config.json of the checkpoint in `model_dir`, as a dict; a missing or unreadable file
+    is a ModelConfigError naming it."""
     path = Path(model_dir) / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
@@ -115,7 +116,12 @@ def load_shape(model_dir: str | Path) -> DeepSeekV4Shape:
         raise ModelConfigError(f"cannot read {path}: {exc}") from exc
     if not isinstance(config, dict):
         raise ModelConfigError(f"{path} is not a JSON object")
-    return DeepSeekV4Shape.from_config(config)
+    return config
+
+
+def load_shape(model_dir: str | Path) -> DeepSeekV4Shape:
+    """The shape of the checkpoint in `model_dir` (its config.json)."""
+    return DeepSeekV4Shape.from_config(load_config(model_dir))
 
 
 def _v4_paged_bytes_per_token(page_tokens: int) -> float:
