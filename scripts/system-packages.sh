@@ -8,6 +8,7 @@ set -euo pipefail
 
 # package -> why the tests need it
 declare -A NEEDED=(
+  [python3]="Debian's python3: the rehearsal host runs Ansible's modules with it, as a Debian 12 lab host does"
   [patch]="GNU patch: the SGLang patch series check"
   [openssh-client]="ssh: the molecule scenarios reach their container hosts over SSH"
   [dpkg-dev]="dpkg-scanpackages: the stand-in apt repository (molecule/driver)"

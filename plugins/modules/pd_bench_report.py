@@ -82,7 +82,8 @@ options:
     default: {}
   roofline:
     description:
-      - The decode roofline beside the running variant's figures (pd_appliance.bench.roofline),
+      - >-
+        The decode roofline beside the running variant's figures (pd_appliance.bench.roofline),
         C({model_dir, context_tokens, bandwidth_gb_s}): the checkpoint on this host, the tokens of
         context a request holds, and a bandwidth that overrides NVML's (0 = NVML's, from
         I(metadata.gpus)). Empty = no roofline. Never fails the report; an error is reported.

@@ -40,6 +40,9 @@ NO_DRIVER = """
   tasks:
     - name: Gather NVML facts for real
       nvml_facts:
+      vars:
+        # The controller's venv has pd_appliance and nvidia-ml-py, as the tools venv does.
+        ansible_python_interpreter: "{{ ansible_playbook_python }}"
       register: facts
       ignore_errors: true
     - name: Keep the result
