@@ -3,7 +3,7 @@
 Each check looks at the PCIe path KV cache and NCCL take between the host's PD GPUs (prefill and
 decode, the lab default across both NUMA nodes) and returns findings; the policy decides whether
 a finding fails preflight or warns. What each one protects against, from practitioners' reports on
-RTX PRO 6000 servers (see /work/shared/REFERENCE.md, "PCIe, P2P and NIXL failure modes"):
+RTX PRO 6000 servers (the issues named at each check, checked 2026-12-02):
 
 - iommu: a GPU whose IOMMU group translates DMA ("DMA", "DMA-FQ") routes peer traffic through the
   IOMMU; NCCL and P2P hang (vLLM 33041, NCCL 1999).
