@@ -31,7 +31,9 @@ async def phase(
     url: str, api: str = "completions", n: int = 4, c: int = 2, out: int = 8, timeout: float = 10.0
 ) -> tuple[PhaseMetrics, list[RequestRecord]]:
     workload = Workload(c, n, 32, out, warmup_requests=1, api=api, request_timeout_s=timeout)
-    measured = await run_phase(Endpoint(url, "double-model"), workload, lambda i: synthetic_prompt(i, 32, None))
+    measured = await run_phase(
+        Endpoint(url, "double-model"), workload, lambda i: synthetic_prompt(i, 32, None)
+    )
     return measured.metrics, measured.records
 
 

@@ -110,12 +110,15 @@ def load_corpus() -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=1)
-def _sentences() -> tuple[tuple[int, int], ...]:
-    """(passage, character offset) of every sentence start in the corpus: where a prompt may begin."""
+def _openings() -> tuple[tuple[int, int], ...]:
+    """(passage, character offset) of every word start in the corpus: where a prompt may begin.
+
+    Word starts, not sentence starts: the corpus has a few hundred sentences but thousands of
+    words, so a long level (hundreds of requests) still never repeats an opening.
+    """
     starts: list[tuple[int, int]] = []
     for number, passage in enumerate(load_corpus()):
-        starts.append((number, 0))
-        starts += [(number, m.end()) for m in re.finditer(r"[.?!] +", passage) if m.end() < len(passage)]
+        starts += [(number, m.start()) for m in re.finditer(r"\S+", passage)]
     return tuple(starts)
 
 
@@ -130,14 +133,14 @@ def _stride(count: int) -> int:
 def corpus_text(index: int, approx_chars: int, seed: int = 0) -> str:
     """Request `index`'s text: corpus passages, deterministically, at least `approx_chars` long.
 
-    It opens at a sentence chosen by a permutation of the corpus's sentence starts, so no two of
-    any run of consecutive indices as long as the corpus has sentences (a few hundred) open with
-    the same sentence, and the passages after it follow in an order drawn from (seed, index). A
-    prompt therefore differs from every other from its first sentence on, and the prefix cache
-    cannot serve a measured prefill.
+    It opens at a word chosen by a permutation of the corpus's word starts, so no two of any run of
+    consecutive indices as long as the corpus has words (thousands) open at the same place, and
+    the passages after it follow in an order drawn from (seed, index). Two prompts share at most
+    the few tokens two different places in the corpus happen to share (as the random words before
+    the corpus did), so the prefix cache cannot serve a measured prefill.
     """
     corpus = load_corpus()
-    starts = _sentences()
+    starts = _openings()
     passage, offset = starts[(seed + index * _stride(len(starts))) % len(starts)]
     rng = random.Random(seed * 1_000_003 + index)
     parts = [corpus[passage][offset:]]
