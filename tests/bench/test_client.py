@@ -51,9 +51,8 @@ def test_phase_figures_and_request_shape(api: str) -> None:
     # Server timing: 50 ms to the first token, 10 ms per token after it.
     assert metrics.ttft_ms["p50"] == pytest.approx(50, abs=25)
     assert metrics.tpot_ms["p50"] == pytest.approx(10, abs=4)
-    # Warm-up is sent but not counted: 1 + 4 requests reached the server and 4 were measured; the
-    # closed loop had sent at most one more (C=2) when the last wave closed, and cancelled it.
-    assert 5 <= len(double.bodies) <= 6 and len(records) == 4
+    # Warm-up is sent but not counted: 5 requests reached the server, 4 were measured.
+    assert len(double.bodies) == 5 and len(records) == 4
     sent = double.bodies[-1]
     assert sent["ignore_eos"] is True and sent["stream"] is True and sent["max_tokens"] == 8
     assert sent["temperature"] == 0.0 and sent["stream_options"] == {"include_usage": True}
@@ -148,9 +147,8 @@ def test_measure_discovers_model_and_runs_each_level() -> None:
     assert result["ready"]["ready"] is True and double.readiness_polls == 2
     assert [p["concurrency"] for p in result["phases"]] == [1, 4]
     assert [p["requests"] for p in result["phases"]] == [2, 8]
-    # warm-up defaults to one request per slot: 1 probe + (1 + 2) + (4 + 8) completed, and at C=4 up
-    # to 3 more that were in flight when the last wave closed (cancelled, not counted).
-    assert 16 <= double.requests <= 19
+    # warm-up defaults to one request per slot: 1 probe + (1 + 2) + (4 + 8)
+    assert double.requests == 16
     assert [p["warmup_completed"] for p in result["phases"]] == [1, 4]
     assert [p["spread"]["waves"] for p in result["phases"]] == [2, 2]
     assert len(result["records"]["4"]) == 8
@@ -186,3 +184,20 @@ def test_synthetic_prompt_exact_characters() -> None:
 def test_plan_defaults() -> None:
     plan = Plan("http://x", [Workload(1, 1, 8, 8, 0)])
     assert plan.probe == ProbeSpec() and plan.probe.expect == "Paris"
+
+
+def test_a_level_runs_in_whole_waves_until_its_minimum_time_and_counts_a_stalled_request() -> None:
+    # C=2, at least 2 requests but 0.4 s of waves: requests of ~0.1 s make several waves. Request 6
+    # (a measured one) stalls past the 0.3 s timeout; the loop drains, so it counts as failed.
+    workload = Workload(2, 2, 32, 5, warmup_requests=2, request_timeout_s=0.3, min_measure_s=0.4)
+
+    async def body(double: OpenAIStreamDouble, url: str):
+        return await run_phase(Endpoint(url, "m"), workload, lambda i: synthetic_prompt(i, 32, None))
+
+    measured = with_double(DoubleConfig(tpot_s=0.02, hang_requests={6}), body)
+    metrics = measured.metrics
+    assert measured.warmup_completed == 2
+    assert len(measured.waves) >= 3 and len(measured.records) == 2 * len(measured.waves)
+    assert measured.waves[-1].end - measured.waves[0].start >= 0.4
+    assert metrics.errors == 1 and "timeout" in metrics.error_samples[0]
+    assert metrics.wall_s == pytest.approx(sum(w.wall_s for w in measured.waves))

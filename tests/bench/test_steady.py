@@ -7,7 +7,7 @@ import pytest
 from pd_appliance.bench.metrics import RequestRecord
 from pd_appliance.bench.steady import (
     Wave,
-    measurement_done,
+    launch_more,
     relative_spread,
     split_waves,
     spread,
@@ -50,27 +50,29 @@ def wave_list(seconds: list[float], concurrency: int = 1) -> list[Wave]:
 
 
 @pytest.mark.parametrize(
-    ("seconds", "min_requests", "min_s", "min_waves", "done"),
+    ("launched", "elapsed", "min_requests", "min_s", "min_waves", "more"),
     [
-        ([10, 10], 2, 0, 2, True),  # today's callers: the request count alone decides
-        ([10, 10], 3, 0, 2, False),  # the request count stays a lower bound
-        ([10, 10], 2, 0, 3, False),  # too few waves
-        ([10, 10, 10], 2, 30, 3, True),
-        ([10, 10, 10], 2, 31, 3, False),  # too short
-        ([20, 20, 20, 1], 1, 60, 4, True),
-        ([], 0, 0, 1, False),  # nothing measured yet
+        (32, 9.0, 32, 0, 2, False),  # today's callers (C=16, 32 requests): the count alone decides
+        (31, 9.0, 32, 0, 2, True),
+        (16, 9.0, 32, 0, 2, True),  # the request count stays a lower bound
+        (32, 9.0, 32, 0, 3, True),  # too few waves
+        (48, 9.0, 32, 0, 3, False),
+        (48, 59.9, 32, 60, 3, True),  # too short: another wave
+        (64, 60.0, 32, 60, 3, False),
+        (40, 70.0, 33, 60, 2, True),  # past every minimum, but a wave is finished, never cut
+        (48, 70.0, 33, 60, 2, False),
     ],
 )
-def test_stop_only_when_every_lower_bound_is_met(
-    seconds: list[float], min_requests: int, min_s: float, min_waves: int, done: bool
+def test_requests_are_sent_in_whole_waves_until_every_lower_bound_is_met(
+    launched: int, elapsed: float, min_requests: int, min_s: float, min_waves: int, more: bool
 ) -> None:
-    assert measurement_done(wave_list(seconds), min_requests, min_s, min_waves) is done
+    assert launch_more(launched, 0, elapsed, 16, min_requests, min_s, min_waves) is more
 
 
 def test_a_failing_level_stops_once_its_failures_reach_the_request_count() -> None:
-    waves = wave_list([0.01] * 4)
-    assert measurement_done(waves, 4, 60.0, 5, errors=4)
-    assert not measurement_done(waves, 4, 60.0, 5, errors=3)
+    assert not launch_more(4, 4, 0.5, 1, 4, 60.0, 5)
+    assert launch_more(4, 3, 0.5, 1, 4, 60.0, 5)
+    assert launch_more(3, 3, 0.5, 2, 3, 60.0, 5)  # finishes its wave first
 
 
 def test_warmup_is_the_request_count_without_metrics_and_waits_for_a_full_batch_with_them() -> None:

@@ -19,7 +19,7 @@ import aiohttp
 
 from pd_appliance.bench.decode_metrics import RunningSampler
 from pd_appliance.bench.metrics import PhaseMetrics, RequestRecord, compute_phase
-from pd_appliance.bench.steady import Wave, measurement_done, split_waves, warmup_done
+from pd_appliance.bench.steady import Wave, launch_more, split_waves, warmup_done
 from pd_appliance.bench.workload import API_PATHS, Workload
 
 # Read buffer for the stream: a chunk line is a few hundred bytes; 1 MiB avoids
@@ -184,44 +184,45 @@ class SteadyPhase:
     records: list[RequestRecord]
     waves: list[Wave]
     warmup_completed: int
-    cancelled: int
 
 
 @dataclass
 class _Loop:
-    """The state of one level's closed loop, advanced by each completion (see steady.py)."""
+    """The state of one level's closed loop: what was sent and completed (decisions: steady.py)."""
 
     workload: Workload
     sampler: RunningSampler | None
+    sent: int = 0
     completed: list[RequestRecord] = field(default_factory=list)
     warmup_count: int | None = None
     warmup_end: float = 0.0
-    waves: list[Wave] = field(default_factory=list)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def measured(self) -> list[RequestRecord]:
-        return self.completed[self.warmup_count or 0 :] if self.warmup_count is not None else []
+        return self.completed[self.warmup_count :] if self.warmup_count is not None else []
+
+    def may_send(self) -> bool:
+        """Send another request: always while warming up, then as steady.launch_more says."""
+        if self.warmup_count is None:
+            return True
+        w = self.workload
+        errors = sum(1 for r in self.measured() if not r.success)
+        elapsed = time.perf_counter() - self.warmup_end
+        launched = self.sent - self.warmup_count
+        return launch_more(
+            launched, errors, elapsed, w.concurrency, w.num_requests, w.min_measure_s, w.min_waves
+        )
 
     def complete(self, record: RequestRecord) -> None:
-        """Fold in one completion: end the warm-up, or close a wave and decide whether to stop."""
-        w = self.workload
+        """Fold in one completion; the one that ends the warm-up starts the measured waves."""
         self.completed.append(record)
-        if self.warmup_count is None:
-            peak = max(self.sampler.totals) if self.sampler and self.sampler.totals else None
-            sampled = self.sampler is not None
-            if warmup_done(len(self.completed), w.warmup_requests, peak, w.concurrency, sampled):
-                self.warmup_count, self.warmup_end = len(self.completed), record.end
-                if self.sampler is not None:
-                    self.sampler.reset()  # the gate reads the measured waves' running batch only
-            else:
-                return
-        measured = self.measured()
-        if not measured or len(measured) % w.concurrency:
+        if self.warmup_count is not None:
             return
-        self.waves = split_waves(measured, self.warmup_end, w.concurrency)
-        errors = sum(1 for r in measured if not r.success)
-        if measurement_done(self.waves, w.num_requests, w.min_measure_s, w.min_waves, errors):
-            self.done.set()
+        w = self.workload
+        peak = max(self.sampler.totals) if self.sampler and self.sampler.totals else None
+        if warmup_done(len(self.completed), w.warmup_requests, peak, w.concurrency, self.sampler is not None):
+            self.warmup_count, self.warmup_end = len(self.completed), record.end
+            if self.sampler is not None:
+                self.sampler.reset()  # the gate reads the measured waves' running batch only
 
 
 async def run_phase(
@@ -232,51 +233,41 @@ async def run_phase(
 ) -> SteadyPhase:
     """Run one level as a continuous closed loop until its steady-state waves are measured.
 
-    `prompt_for(i)` is the i-th request's prompt (warm-up included). When the last wave closes, the
-    requests still in flight are cancelled (the server aborts them): waiting for them would add a
-    half-empty batch to every level and lengthen the run for nothing measured. `sampler` (the
-    decode workers' running-requests gauge) runs throughout; the warm-up may wait for it to see a
+    `prompt_for(i)` is the i-th request's prompt (warm-up included). Every request sent is awaited,
+    so the last wave ends as the loop drains (as the fixed-count phase always did). `sampler` (the
+    decode workers' running-requests gauge) runs throughout: the warm-up may wait for it to see a
     full batch, and it is reset when the waves start, so its summary covers the waves only.
     """
     url = endpoint.url(workload.api)
     loop = _Loop(workload, sampler)
     if workload.warmup_requests == 0:  # asked for no warm-up: the waves start with the loop
         loop.warmup_count, loop.warmup_end = 0, time.perf_counter()
-    sent = 0
-
-    def payload(index: int) -> dict[str, Any]:
-        return build_payload(
-            workload.api, endpoint.model, prompt_for(index), workload.output_len, True, workload.thinking
-        )
 
     async def worker(session: aiohttp.ClientSession) -> None:
-        nonlocal sent
-        while not loop.done.is_set():
-            index, sent = sent, sent + 1
-            record = await stream_request(
-                session, url, payload(index), workload.request_timeout_s, workload.output_len
+        while loop.may_send():
+            index = loop.sent
+            loop.sent += 1
+            body = build_payload(
+                workload.api, endpoint.model, prompt_for(index), workload.output_len, True, workload.thinking
             )
-            if not loop.done.is_set():
-                loop.complete(record)
+            loop.complete(
+                await stream_request(session, url, body, workload.request_timeout_s, workload.output_len)
+            )
 
     stop = asyncio.Event()
     sampling = asyncio.create_task(sampler.run(stop)) if sampler is not None else None
-    async with _session(workload.concurrency, endpoint.headers) as session:
-        workers = [asyncio.create_task(worker(session)) for _ in range(workload.concurrency)]
-        try:
-            await loop.done.wait()
-        finally:
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            stop.set()
-            if sampling is not None:
-                await sampling
+    try:
+        async with _session(workload.concurrency, endpoint.headers) as session:
+            await asyncio.gather(*(worker(session) for _ in range(workload.concurrency)))
+    finally:
+        stop.set()
+        if sampling is not None:
+            await sampling
     measured = loop.measured()
-    wall = sum(w.wall_s for w in loop.waves)
-    cancelled = sent - len(loop.completed)
+    waves = split_waves(measured, loop.warmup_end, workload.concurrency)
+    wall = max((r.end for r in measured), default=loop.warmup_end) - loop.warmup_end
     metrics = compute_phase(measured, workload.concurrency, wall)
-    return SteadyPhase(metrics, measured, loop.waves, loop.warmup_count or 0, cancelled)
+    return SteadyPhase(metrics, measured, waves, loop.warmup_count or 0)
 
 
 async def probe(

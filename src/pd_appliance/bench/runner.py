@@ -187,7 +187,6 @@ async def _measure_level(
     phase["waves"] = [round(w.output_tok_s, 3) for w in steady_phase.waves]
     phase["spread"] = spread(steady_phase.waves)
     phase["warmup_completed"] = steady_phase.warmup_completed
-    phase["cancelled_in_flight"] = steady_phase.cancelled
     return phase, steady_phase.records
 
 

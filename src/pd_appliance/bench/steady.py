@@ -4,9 +4,9 @@ A level is one continuous closed loop (`concurrency` requests in flight, a new o
 completes). Its first requests are warm-up: the running batch fills, caches and CUDA graphs warm.
 After that the completions are cut into *waves* of `concurrency` completed requests; a wave's
 output tok/s is the output tokens of its requests over its wall time (from the previous wave's
-last completion to its own). The level stops once it has at least `min_waves` waves, at least
-`min_measure_s` seconds of measured time and at least `min_requests` measured requests, so one
-figure comes with the spread of the waves it is made of.
+last completion to its own). The loop sends requests in whole waves until it has at least
+`min_waves` waves, `min_measure_s` seconds of measured time and `min_requests` measured requests,
+then lets the last ones finish, so one figure comes with the spread of the waves it is made of.
 
 Everything here is pure (records and clocks in, decisions and figures out), so the unit tests
 drive it with made-up timestamps instead of a server.
@@ -81,27 +81,31 @@ def split_waves(records: Sequence[RequestRecord], start: float, concurrency: int
     return waves
 
 
-def measurement_done(
-    waves: Sequence[Wave],
+def launch_more(
+    launched: int,
+    errors: int,
+    elapsed_s: float,
+    concurrency: int,
     min_requests: int,
     min_measure_s: float,
     min_waves: int,
-    errors: int = 0,
 ) -> bool:
-    """Whether enough has been measured: every lower bound met, at a wave boundary.
+    """Whether the closed loop sends another measured request; when it stops, the loop drains.
 
-    `min_requests` (the old fixed request count) stays a lower bound, so a caller that sets
-    `min_measure_s` 0 and few `min_waves` measures exactly what it measured before. A level whose
-    failures already reach `min_requests` stops too: its error gate fails whatever comes next,
-    and a server failing instantly would otherwise be hammered for `min_measure_s` seconds.
+    `launched` counts the measured requests sent so far (those in flight when the warm-up ended
+    included), `errors` the failed ones completed, `elapsed_s` the measured time so far. Requests
+    are sent in whole waves until at least `min_requests` (the old fixed count, still a lower
+    bound: with `min_measure_s` 0 and few `min_waves` a level sends exactly what it sent before),
+    `min_waves` waves and `min_measure_s` seconds. Every sent request is awaited (a drain, as
+    before), so a request that stalls is counted as failed, never dropped. A level whose failures
+    already reach `min_requests` stops at the wave's end: its error gate fails whatever comes
+    next, and a server failing instantly would otherwise be hammered for `min_measure_s` seconds.
     """
-    if not waves:
+    if launched % concurrency:
+        return True  # finish the wave
+    if errors >= max(min_requests, 1) and launched >= min_requests:
         return False
-    measured = sum(w.requests for w in waves)
-    if errors >= max(min_requests, 1) and measured >= min_requests:
-        return True
-    seconds = waves[-1].end - waves[0].start
-    return measured >= min_requests and len(waves) >= min_waves and seconds >= min_measure_s
+    return launched < max(min_requests, min_waves * concurrency) or elapsed_s < min_measure_s
 
 
 def spread(waves: Sequence[Wave]) -> dict[str, Any]:
