@@ -36,8 +36,16 @@ def test_waves_are_cut_every_concurrency_completions_from_the_warmup_end() -> No
 
 def test_a_failed_request_fills_its_slot_but_adds_no_tokens() -> None:
     waves = split_waves([done_at(1), done_at(2, error="HTTP 500")], start=0.0, concurrency=2)
-    assert waves == [Wave(0.0, 2.0, 2, 100)]
+    assert waves == [Wave(0.0, 2.0, 2, 100, errors=1)]
     assert waves[0].output_tok_s == 50.0
+
+
+def test_a_wave_with_a_failure_is_left_out_of_the_spread_not_out_of_the_count() -> None:
+    # A timeout slows its wave to 10 tok/s; as noise it would widen the regression tolerance to 90 %.
+    waves = [Wave(0, 1, 1, 100), Wave(1, 2, 1, 100), Wave(2, 12, 1, 100, errors=1), Wave(12, 13, 1, 100)]
+    result = spread(waves)
+    assert (result["waves"], result["failed_waves"]) == (4, 1)
+    assert result["p10"] == result["p50"] == 100.0 and relative_spread(result) == 0.0
 
 
 def wave_list(seconds: list[float], concurrency: int = 1) -> list[Wave]:

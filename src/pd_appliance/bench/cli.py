@@ -174,7 +174,7 @@ def _print_summary(result: dict[str, Any]) -> None:
             f"{(tpot['p50'] or 0):>8.2f}/{(tpot['p99'] or 0):<9.2f} {p['wall_s']:>7.2f}"
         )
         spread = p.get("spread") or {}
-        if spread.get("waves"):
+        if spread.get("p50") is not None:
             cv = f"{spread['cv'] * 100:.1f} %" if spread.get("cv") is not None else "-"
             print(
                 f"       waves: {spread['waves']} in {spread['measured_s']:.1f} s, "

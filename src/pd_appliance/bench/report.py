@@ -184,11 +184,14 @@ def figure_with_spread(phase: Mapping[str, Any]) -> str:
     spread = phase.get("spread") or {}
     if not spread.get("waves"):
         return figure + " (no waves: measured before steady-state waves)"
-    cv = f"{spread['cv'] * 100:.1f} %" if spread.get("cv") is not None else "-"
-    return (
-        f"{figure} (p10 {spread['p10']:,.0f} / p90 {spread['p90']:,.0f}, CV {cv}, "
-        f"{spread['waves']} waves, {spread['measured_s']:.0f} s)"
+    failed = (
+        f", {spread['failed_waves']} with a failed request left out" if spread.get("failed_waves") else ""
     )
+    counts = f"{spread['waves']} waves{failed}, {spread['measured_s']:.0f} s"
+    if spread.get("p50") is None:
+        return f"{figure} (no spread: every wave had a failed request; {counts})"
+    cv = f"{spread['cv'] * 100:.1f} %" if spread.get("cv") is not None else "-"
+    return f"{figure} (p10 {spread['p10']:,.0f} / p90 {spread['p90']:,.0f}, CV {cv}, {counts})"
 
 
 def _spread_lines(report: Mapping[str, Any]) -> list[str]:

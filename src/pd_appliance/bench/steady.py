@@ -30,6 +30,7 @@ class Wave:
     end: float
     requests: int
     output_tokens: int
+    errors: int = 0
 
     @property
     def wall_s(self) -> float:
@@ -76,7 +77,8 @@ def split_waves(records: Sequence[RequestRecord], start: float, concurrency: int
         chunk = records[first : first + concurrency]
         end = max(r.end for r in chunk)
         tokens = sum(r.output_tokens for r in chunk if r.success)
-        waves.append(Wave(begin, end, len(chunk), tokens))
+        errors = sum(1 for r in chunk if not r.success)
+        waves.append(Wave(begin, end, len(chunk), tokens, errors))
         begin = end
     return waves
 
@@ -109,12 +111,18 @@ def launch_more(
 
 
 def spread(waves: Sequence[Wave]) -> dict[str, Any]:
-    """p10/p50/p90 and the coefficient of variation (stdev/mean) of the per-wave output tok/s."""
-    rates = [w.output_tok_s for w in waves]
+    """p10/p50/p90 and the coefficient of variation (stdev/mean) of the per-wave output tok/s.
+
+    Over the waves without a failed request: a failure is not noise (the failed-requests gate
+    judges it), and a wave slowed by a timeout would widen the spread and with it the regression
+    gate's tolerance. `failed_waves` says how many were left out.
+    """
+    rates = [w.output_tok_s for w in waves if not w.errors]
     mean = statistics.fmean(rates) if rates else None
     cv = statistics.stdev(rates) / mean if len(rates) > 1 and mean else None
     return {
-        "waves": len(rates),
+        "waves": len(waves),
+        "failed_waves": len(waves) - len(rates),
         "measured_s": sum(w.wall_s for w in waves),
         "p10": percentile(rates, 10),
         "p50": percentile(rates, 50),
