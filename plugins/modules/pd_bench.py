@@ -9,8 +9,8 @@ short_description: Correctness probe, then closed-loop streaming throughput at e
 description:
   - Waits for the router's C(/readiness), greedy-decodes I(probe_prompt) and checks for I(probe_expect),
     then runs each level of I(concurrency) as a closed loop of streamed requests (fixed lengths,
-    temperature 0, ignore_eos, prompts from the checked-in corpus) to a steady state: a warm-up not
-    counted, then waves of as many completed requests as the concurrency until at least
+    temperature 0, ignore_eos, prompts from the checked-in corpus) to a steady state, with a warm-up
+    not counted, then waves of as many completed requests as the concurrency until at least
     I(num_requests) requests, I(min_waves) waves and I(min_measure_s) seconds are measured. Returns
     every figure (output tok/s with the per-wave figures and their spread, per-request decode tok/s,
     TTFT/TPOT/ITL p50/p90/p99, errors, wall time) as C(measurement).
