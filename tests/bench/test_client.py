@@ -57,6 +57,9 @@ def test_phase_figures_and_request_shape(api: str) -> None:
     assert sent["ignore_eos"] is True and sent["stream"] is True and sent["max_tokens"] == 8
     assert sent["temperature"] == 0.0 and sent["stream_options"] == {"include_usage": True}
     assert ("messages" in sent) == (api == "chat")
+    # The chat template's thinking mode is set, off, on the chat API (both templates' names for it).
+    expected = {"thinking": False, "enable_thinking": False} if api == "chat" else None
+    assert sent.get("chat_template_kwargs") == expected
 
 
 def test_concurrency_is_closed_loop() -> None:
