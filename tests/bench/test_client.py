@@ -153,6 +153,7 @@ def test_measure_discovers_model_and_runs_each_level() -> None:
     # warm-up defaults to one request per slot: 1 probe + (1 + 2) + (4 + 8)
     assert double.requests == 16
     assert [p["warmup_completed"] for p in result["phases"]] == [1, 4]
+    assert [p["sent"] for p in result["phases"]] == [3, 12]
     assert [p["spread"]["waves"] for p in result["phases"]] == [2, 2]
     assert len(result["records"]["4"]) == 8
     # Every prompt differs from its first word on, so no prefix cache can serve it.

@@ -184,6 +184,7 @@ class SteadyPhase:
     records: list[RequestRecord]
     waves: list[Wave]
     warmup_completed: int
+    sent: int
 
 
 @dataclass
@@ -267,7 +268,7 @@ async def run_phase(
     waves = split_waves(measured, loop.warmup_end, workload.concurrency)
     wall = max((r.end for r in measured), default=loop.warmup_end) - loop.warmup_end
     metrics = compute_phase(measured, workload.concurrency, wall)
-    return SteadyPhase(metrics, measured, waves, loop.warmup_count or 0)
+    return SteadyPhase(metrics, measured, waves, loop.warmup_count or 0, loop.sent)
 
 
 async def probe(

@@ -148,8 +148,10 @@ async def measure(plan: Plan, keep_records: bool = False) -> dict[str, Any]:
     result["probe"] = await probe(endpoint, p.prompt, p.expect, p.api, p.max_tokens, p.timeout_s)
     records: dict[str, list[dict[str, Any]]] = {}
     if result["probe"]["passed"]:
-        for number, workload in enumerate(plan.workloads):
-            phase, raw = await _measure_level(endpoint, plan, workload, number, tokenizer)
+        offset = 0  # prompt indices run on across levels: no level reuses another's prompts
+        for workload in plan.workloads:
+            phase, raw = await _measure_level(endpoint, plan, workload, offset, tokenizer)
+            offset += phase["sent"]
             result["phases"].append(phase)
             if keep_records:
                 records[str(workload.concurrency)] = [_record_dict(r) for r in raw]
@@ -159,15 +161,11 @@ async def measure(plan: Plan, keep_records: bool = False) -> dict[str, Any]:
     return result
 
 
-# Prompt indices of one level: far apart per level, so no level reuses another's prompts.
-_LEVEL_STRIDE = 1_000_000
-
-
 async def _measure_level(
-    endpoint: Endpoint, plan: Plan, workload: Workload, number: int, tokenizer: TokenizerLike | None
+    endpoint: Endpoint, plan: Plan, workload: Workload, offset: int, tokenizer: TokenizerLike | None
 ) -> tuple[dict[str, Any], list[RequestRecord]]:
-    """One level to a steady state: its figures, waves and spread, and its measured records."""
-    offset = number * _LEVEL_STRIDE
+    """One level to a steady state from prompt `offset` on: its figures, waves and spread, and its
+    measured records."""
 
     @functools.cache
     def prompt_for(index: int) -> str:
@@ -187,6 +185,7 @@ async def _measure_level(
     phase["waves"] = [round(w.output_tok_s, 3) for w in steady_phase.waves]
     phase["spread"] = spread(steady_phase.waves)
     phase["warmup_completed"] = steady_phase.warmup_completed
+    phase["sent"] = steady_phase.sent
     return phase, steady_phase.records
 
 

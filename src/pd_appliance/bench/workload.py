@@ -134,7 +134,8 @@ def corpus_text(index: int, approx_chars: int, seed: int = 0) -> str:
     """Request `index`'s text: corpus passages, deterministically, at least `approx_chars` long.
 
     It opens at a word chosen by a permutation of the corpus's word starts, so no two of any run of
-    consecutive indices as long as the corpus has words (thousands) open at the same place, and
+    consecutive indices as long as the corpus has words (2,368: the runner numbers a run's requests
+    on across levels, and a run sends far fewer) open at the same place, and
     the passages after it follow in an order drawn from (seed, index). Two prompts share at most
     the few tokens two different places in the corpus happen to share (as the random words before
     the corpus did), so the prefix cache cannot serve a measured prefill.
