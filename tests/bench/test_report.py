@@ -195,8 +195,8 @@ def test_the_report_prints_each_figure_with_its_spread_and_the_tolerance_applied
     assert "- **deployed** bs=1: 20 tok/s (no waves" in md
     # C=16's waves spread (1236 - 1200) / 1236 = 2.9 %, wider than the configured 1 %: that applies.
     assert report["regression_tolerances"]["C=16"]["source"] == "spread"
-    assert "- C=16: **2.9%** (spread; configured 1.0%, the waves' (p50-p10)/p50 2.9% of 6 waves)" in md
-    assert "- bs=1: **1.0%** (configured; configured 1.0%, no wave spread measured)" in md
+    assert "- C=16: tolerance 2.9%: the waves' (p50-p10)/p50 of 6 waves, wider than the configured 1.0%" in md
+    assert "- bs=1: tolerance 1.0%: the configured one (no wave spread measured)" in md
     assert report["passed"] is True  # 1234 is 1.3 % below 1250: within the spread, not the 1 %
     assert "temperature 0, ignore_eos true, chat template thinking off" in md
     assert "prompts from the corpus prompts.txt (64 passages)" in md

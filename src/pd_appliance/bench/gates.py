@@ -183,12 +183,14 @@ class Tolerance:
         return "spread" if self.spread is not None and self.spread > self.configured else "configured"
 
     def text(self) -> str:
-        spread = (
-            f"the waves' (p50-p10)/p50 {self.spread:.1%} of {self.waves} waves"
-            if self.spread is not None
-            else "no wave spread measured"
-        )
-        return f"tolerance {self.applied:.1%} ({self.source}: configured {self.configured:.1%}, {spread})"
+        """Which tolerance applied and why, e.g. "tolerance 20.0%: the waves' (p50-p10)/p50 of 6
+        waves, wider than the configured 10.0%"."""
+        if self.spread is None:
+            return f"tolerance {self.applied:.1%}: the configured one (no wave spread measured)"
+        spread = f"the waves' (p50-p10)/p50 of {self.waves} waves"
+        if self.source == "spread":
+            return f"tolerance {self.applied:.1%}: {spread}, wider than the configured {self.configured:.1%}"
+        return f"tolerance {self.applied:.1%}: the configured one ({spread} is {self.spread:.1%})"
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "source": self.source}

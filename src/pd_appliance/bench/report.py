@@ -221,14 +221,8 @@ def _tolerance_lines(report: Mapping[str, Any]) -> list[str]:
         "",
     ]
     for label, t in tolerances.items():
-        spread = (
-            f"the waves' (p50-p10)/p50 {t['spread']:.1%} of {t['waves']} waves"
-            if t.get("spread") is not None
-            else "no wave spread measured"
-        )
-        lines.append(
-            f"- {label}: **{t['applied']:.1%}** ({t['source']}; configured {t['configured']:.1%}, {spread})"
-        )
+        fields = {k: t.get(k) for k in ("applied", "configured", "spread", "waves")}
+        lines.append(f"- {label}: {gates.Tolerance(**fields).text()}")
     return lines
 
 
