@@ -8,8 +8,11 @@ module: pd_bench
 short_description: Correctness probe, then closed-loop streaming throughput at each concurrency
 description:
   - Waits for the router's C(/readiness), greedy-decodes I(probe_prompt) and checks for I(probe_expect),
-    then runs I(num_requests) streamed requests (fixed lengths, ignore_eos, a warm-up not counted) at
-    each level of I(concurrency) and returns every figure (output tok/s, per-request decode tok/s,
+    then runs each level of I(concurrency) as a closed loop of streamed requests (fixed lengths,
+    temperature 0, ignore_eos, prompts from the checked-in corpus) to a steady state, with a warm-up
+    not counted, then waves of as many completed requests as the concurrency until at least
+    I(num_requests) requests, I(min_waves) waves and I(min_measure_s) seconds are measured. Returns
+    every figure (output tok/s with the per-wave figures and their spread, per-request decode tok/s,
     TTFT/TPOT/ITL p50/p90/p99, errors, wall time) as C(measurement).
   - While each level is measured it samples C(sglang:num_running_reqs) on every I(decode_metrics_urls)
     and records the peak number of requests the decode workers ran at once (C(decode_running)).
@@ -37,10 +40,28 @@ options:
     elements: int
     default: [1, 16]
   num_requests:
-    description: Measured requests per level (one value for all, or one per level).
+    description: >-
+      Measured requests per level (one value for all, or one per level): a lower bound, reached in
+      whole waves.
     type: list
     elements: int
     default: [8, 64]
+  min_measure_s:
+    description: >-
+      Seconds of steady-state waves each level measures at least; 0 leaves it to I(num_requests) and
+      I(min_waves).
+    type: float
+    default: 0
+  min_waves:
+    description: >-
+      Waves each level measures at least (a wave is as many completed requests as the concurrency);
+      the spread (p10/p50/p90, CV) is over the waves' output tok/s.
+    type: int
+    default: 1
+  thinking:
+    description: The chat template's thinking mode for I(api=chat) (sent as chat_template_kwargs).
+    type: bool
+    default: false
   warmup_requests:
     description: Warm-up requests per level (one or one per level); empty means one per concurrency slot.
     type: list
@@ -118,6 +139,8 @@ EXAMPLES = r"""
     url: http://127.0.0.1:8000
     concurrency: [1, 16]
     num_requests: [8, 64]
+    min_measure_s: 60
+    min_waves: 5
   vars:
     ansible_python_interpreter: "{{ appliance_tools_python }}"
   register: validation_run
@@ -140,6 +163,9 @@ ARGUMENT_SPEC = {
     "api": {"type": "str", "choices": ["completions", "chat"], "default": "completions"},
     "concurrency": {"type": "list", "elements": "int", "default": [1, 16]},
     "num_requests": {"type": "list", "elements": "int", "default": [8, 64]},
+    "min_measure_s": {"type": "float", "default": 0.0},
+    "min_waves": {"type": "int", "default": 1},
+    "thinking": {"type": "bool", "default": False},
     "warmup_requests": {"type": "list", "elements": "int", "default": []},
     "input_len": {"type": "int", "default": 1024},
     "output_len": {"type": "int", "default": 256},
@@ -190,6 +216,9 @@ def main() -> None:
             p["warmup_requests"] or None,
             p["api"],
             p["request_timeout_s"],
+            p["min_measure_s"],
+            p["min_waves"],
+            p["thinking"],
             model=p["model"],
             api_key=p["api_key"],
             tokenizer=p["tokenizer"],

@@ -10,6 +10,7 @@ import pytest
 from openai_stream_double import DoubleConfig, OpenAIStreamDouble
 
 from pd_appliance.bench.client import Endpoint, probe, run_phase, wait_ready
+from pd_appliance.bench.metrics import PhaseMetrics, RequestRecord
 from pd_appliance.bench.runner import Plan, ProbeSpec, measure, plan_from_lists
 from pd_appliance.bench.workload import Workload, WorkloadError, synthetic_prompt
 
@@ -26,10 +27,14 @@ def with_double(config: DoubleConfig, body: Callable[[OpenAIStreamDouble, str], 
     return asyncio.run(main())
 
 
-def phase(url: str, api: str = "completions", n: int = 4, c: int = 2, out: int = 8, timeout: float = 10.0):
+async def phase(
+    url: str, api: str = "completions", n: int = 4, c: int = 2, out: int = 8, timeout: float = 10.0
+) -> tuple[PhaseMetrics, list[RequestRecord]]:
     workload = Workload(c, n, 32, out, warmup_requests=1, api=api, request_timeout_s=timeout)
-    prompts = [synthetic_prompt(i, 32, None) for i in range(n)]
-    return run_phase(Endpoint(url, "double-model"), workload, prompts, ["warm up"])
+    measured = await run_phase(
+        Endpoint(url, "double-model"), workload, lambda i: synthetic_prompt(i, 32, None)
+    )
+    return measured.metrics, measured.records
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
@@ -52,6 +57,9 @@ def test_phase_figures_and_request_shape(api: str) -> None:
     assert sent["ignore_eos"] is True and sent["stream"] is True and sent["max_tokens"] == 8
     assert sent["temperature"] == 0.0 and sent["stream_options"] == {"include_usage": True}
     assert ("messages" in sent) == (api == "chat")
+    # The chat template's thinking mode is set, off, on the chat API (both templates' names for it).
+    expected = {"thinking": False, "enable_thinking": False} if api == "chat" else None
+    assert sent.get("chat_template_kwargs") == expected
 
 
 def test_concurrency_is_closed_loop() -> None:
@@ -144,10 +152,13 @@ def test_measure_discovers_model_and_runs_each_level() -> None:
     assert [p["requests"] for p in result["phases"]] == [2, 8]
     # warm-up defaults to one request per slot: 1 probe + (1 + 2) + (4 + 8)
     assert double.requests == 16
+    assert [p["warmup_completed"] for p in result["phases"]] == [1, 4]
+    assert [p["sent"] for p in result["phases"]] == [3, 12]
+    assert [p["spread"]["waves"] for p in result["phases"]] == [2, 2]
     assert len(result["records"]["4"]) == 8
     # Every prompt differs from its first word on, so no prefix cache can serve it.
     prompts = [b.get("prompt") for b in double.bodies[1:]]
-    assert len({p.split()[0] + p.split()[1] + p.split()[2] for p in prompts}) > 8
+    assert len(set(prompts)) == len(prompts)
 
 
 def test_wait_ready_gives_up_with_last_status() -> None:
@@ -177,3 +188,20 @@ def test_synthetic_prompt_exact_characters() -> None:
 def test_plan_defaults() -> None:
     plan = Plan("http://x", [Workload(1, 1, 8, 8, 0)])
     assert plan.probe == ProbeSpec() and plan.probe.expect == "Paris"
+
+
+def test_a_level_runs_in_whole_waves_until_its_minimum_time_and_counts_a_stalled_request() -> None:
+    # C=2, at least 2 requests but 0.4 s of waves: requests of ~0.1 s make several waves. Request 6
+    # (a measured one) stalls past the 0.3 s timeout; the loop drains, so it counts as failed.
+    workload = Workload(2, 2, 32, 5, warmup_requests=2, request_timeout_s=0.3, min_measure_s=0.4)
+
+    async def body(double: OpenAIStreamDouble, url: str):
+        return await run_phase(Endpoint(url, "m"), workload, lambda i: synthetic_prompt(i, 32, None))
+
+    measured = with_double(DoubleConfig(tpot_s=0.02, hang_requests={6}), body)
+    metrics = measured.metrics
+    assert measured.warmup_completed == 2
+    assert len(measured.waves) >= 3 and len(measured.records) == 2 * len(measured.waves)
+    assert measured.waves[-1].end - measured.waves[0].start >= 0.4
+    assert metrics.errors == 1 and "timeout" in metrics.error_samples[0]
+    assert metrics.wall_s == pytest.approx(sum(w.wall_s for w in measured.waves))

@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from pd_appliance.bench.gates import all_passed, failure_message, regression_gates, throughput_gates
+from pd_appliance.bench.gates import (
+    all_passed,
+    effective_tolerance,
+    failure_message,
+    regression_gates,
+    throughput_gates,
+)
 
 THRESHOLDS = {1: 10.0, 16: 25.0}
 
@@ -106,3 +112,39 @@ def test_regression_at_tolerance(c16: float, ok: bool) -> None:
 def test_regression_off_without_tolerance_or_history() -> None:
     assert regression_gates(measurement(1, 1), LAST, None) == []
     assert regression_gates(measurement(1, 1), None, 0.1) == []
+
+
+def with_spread(
+    m: dict[str, Any], concurrency: int, p10: float, p50: float, waves: int = 6
+) -> dict[str, Any]:
+    for phase in m["phases"]:
+        if phase["concurrency"] == concurrency:
+            phase["spread"] = {"p10": p10, "p50": p50, "p90": p50, "cv": 0.02, "waves": waves}
+    return m
+
+
+def test_a_spread_wider_than_the_tolerance_widens_that_levels_gate() -> None:
+    # C=16's waves: p10 80 and p50 100, so one wave in ten is 20 % below the median; the configured
+    # 10 % would fail this run at 85 on noise alone. bs=1 spreads 2 %: its 10 % stays.
+    m = with_spread(with_spread(measurement(17.9, 85.0), 16, 80.0, 100.0), 1, 19.6, 20.0)
+    gates = by_name(regression_gates(m, LAST, 0.10))
+    c16 = gates["regression: C=16 output tok/s"]
+    assert c16.passed and c16.limit == pytest.approx(80.0)
+    assert (
+        "tolerance 20.0%: the waves' (p50-p10)/p50 of 6 waves, wider than the configured 10.0%" in c16.message
+    )
+    bs1 = gates["regression: bs=1 output tok/s"]
+    assert not bs1.passed and bs1.limit == pytest.approx(18.0)
+    assert "tolerance 10.0%: the configured one (the waves' (p50-p10)/p50 of 6 waves is 2.0%)" in bs1.message
+
+
+def test_the_spread_never_tightens_the_configured_tolerance() -> None:
+    m = with_spread(measurement(20.0, 89.0), 16, 99.0, 100.0)
+    assert not by_name(regression_gates(m, LAST, 0.10))["regression: C=16 output tok/s"].passed
+    assert effective_tolerance(0.10, m["phases"][1]).applied == 0.10
+
+
+def test_without_waves_the_configured_tolerance_applies_and_says_so() -> None:
+    tolerance = effective_tolerance(0.15, {"concurrency": 16})
+    assert (tolerance.applied, tolerance.spread, tolerance.source) == (0.15, None, "configured")
+    assert tolerance.text() == "tolerance 15.0%: the configured one (no wave spread measured)"

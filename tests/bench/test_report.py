@@ -173,3 +173,30 @@ def test_what_each_worker_chose_is_listed_and_a_fallback_in_its_log_fails_valida
     assert build_report([variant("deployed", 80.0, 400.0)], "deployed", THRESHOLDS, engine_startup=clean)[
         "passed"
     ]
+
+
+def test_the_report_prints_each_figure_with_its_spread_and_the_tolerance_applied(tmp_path: Path) -> None:
+    m = variant("deployed", 20.0, 1234.0)
+    m["phases"][1]["spread"] = {
+        "p10": 1200.0, "p50": 1236.0, "p90": 1260.0, "mean": 1234.0, "cv": 0.021,
+        "waves": 6, "measured_s": 61.2,
+    }  # fmt: skip
+    m["request_settings"] = {
+        "temperature": 0.0, "ignore_eos": True, "thinking": False,
+        "prompt_corpus": "prompts.txt (64 passages)",
+    }  # fmt: skip
+    last = {
+        "accepted_at": "2026-12-01T00:00:00Z",
+        "figures": {"bs=1 output tok/s": 20.0, "C=16 output tok/s": 1250},
+    }
+    report = build_report([m], "deployed", THRESHOLDS, regression_tolerance=0.01, last_accepted=last)
+    md = Path(write_report(report, tmp_path)["markdown"]).read_text()
+    assert "- **deployed** C=16: 1,234 tok/s (p10 1,200 / p90 1,260, CV 2.1 %, 6 waves, 61 s)" in md
+    assert "- **deployed** bs=1: 20 tok/s (no waves" in md
+    # C=16's waves spread (1236 - 1200) / 1236 = 2.9 %, wider than the configured 1 %: that applies.
+    assert report["regression_tolerances"]["C=16"]["source"] == "spread"
+    assert "- C=16: tolerance 2.9%: the waves' (p50-p10)/p50 of 6 waves, wider than the configured 1.0%" in md
+    assert "- bs=1: tolerance 1.0%: the configured one (no wave spread measured)" in md
+    assert report["passed"] is True  # 1234 is 1.3 % below 1250: within the spread, not the 1 %
+    assert "temperature 0, ignore_eos true, chat template thinking off" in md
+    assert "prompts from the corpus prompts.txt (64 passages)" in md

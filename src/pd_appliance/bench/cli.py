@@ -87,6 +87,17 @@ def _parser() -> argparse.ArgumentParser:
         "--num-requests", type=int, nargs="+", default=[8, 64], help="one, or one per concurrency"
     )
     run.add_argument("--warmup-requests", type=int, nargs="+", help="default: one per concurrency slot")
+    run.add_argument(
+        "--min-measure-s", type=float, default=0.0,
+        help="measure each level for at least this many seconds of steady-state waves (default 0)",
+    )  # fmt: skip
+    run.add_argument(
+        "--min-waves", type=int, default=1,
+        help="measure at least this many waves (a wave: as many completed requests as the concurrency)",
+    )  # fmt: skip
+    run.add_argument(
+        "--thinking", action="store_true", help="chat API: turn the chat template's thinking mode on"
+    )
     run.add_argument("--input-len", type=int, default=1024)
     run.add_argument("--output-len", type=int, default=256)
     run.add_argument("--tokenizer", help="tokenizer.json (or its directory) for exact input token counts")
@@ -162,6 +173,13 @@ def _print_summary(result: dict[str, Any]) -> None:
             f"{(rate or 0):>10.2f} {(ttft['p50'] or 0):>8.1f}/{(ttft['p99'] or 0):<9.1f} "
             f"{(tpot['p50'] or 0):>8.2f}/{(tpot['p99'] or 0):<9.2f} {p['wall_s']:>7.2f}"
         )
+        spread = p.get("spread") or {}
+        if spread.get("p50") is not None:
+            cv = f"{spread['cv'] * 100:.1f} %" if spread.get("cv") is not None else "-"
+            print(
+                f"       waves: {spread['waves']} in {spread['measured_s']:.1f} s, "
+                f"p10 {spread['p10']:.2f} / p50 {spread['p50']:.2f} / p90 {spread['p90']:.2f} tok/s, CV {cv}"
+            )
         for sample in p["error_samples"]:
             print(f"       error: {sample}")
         running = p.get("decode_running")
@@ -179,6 +197,9 @@ def _run(args: argparse.Namespace) -> int:
         args.warmup_requests,
         args.api,
         args.request_timeout,
+        args.min_measure_s,
+        args.min_waves,
+        args.thinking,
         model=args.model,
         api_key=os.environ.get(args.api_key_env, ""),
         tokenizer=args.tokenizer,

@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from pd_appliance.bench.decode_metrics import RunningSampler
 from pd_appliance.bench.metrics import PhaseMetrics, RequestRecord, compute_phase
+from pd_appliance.bench.steady import Wave, launch_more, split_waves, warmup_done
 from pd_appliance.bench.workload import API_PATHS, Workload
 
 # Read buffer for the stream: a chunk line is a few hundred bytes; 1 MiB avoids
@@ -42,8 +43,15 @@ class Endpoint:
         return self.base_url.rstrip("/") + API_PATHS[api]
 
 
-def build_payload(api: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
-    """The request body: greedy, streamed, with the usage report so tokens are counted exactly."""
+def build_payload(
+    api: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool, thinking: bool = False
+) -> dict[str, Any]:
+    """The request body: greedy, streamed, with the usage report so tokens are counted exactly.
+
+    On the chat API the chat template's thinking mode is set explicitly (`thinking` for DeepSeek's
+    templates, `enable_thinking` for Qwen's), so a template's own default cannot change what is
+    measured; the completions API sends the raw prompt, with no template to ask.
+    """
     payload: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
@@ -55,6 +63,7 @@ def build_payload(api: str, model: str, prompt: str, max_tokens: int, ignore_eos
         payload["ignore_eos"] = True
     if api == "chat":
         payload["messages"] = [{"role": "user", "content": prompt}]
+        payload["chat_template_kwargs"] = {"thinking": thinking, "enable_thinking": thinking}
     else:
         payload["prompt"] = prompt
     return payload
@@ -167,75 +176,99 @@ def _session(concurrency: int, headers: dict[str, str]) -> aiohttp.ClientSession
     )
 
 
-async def _closed_loop(
-    session: aiohttp.ClientSession,
-    url: str,
-    payloads: Sequence[dict[str, Any]],
-    concurrency: int,
-    timeout_s: float,
-    expected_tokens: int,
-) -> tuple[list[RequestRecord], float]:
-    """Run `payloads` with at most `concurrency` in flight; returns records and wall seconds."""
-    records: list[RequestRecord | None] = [None] * len(payloads)
-    next_index = 0
+@dataclass
+class SteadyPhase:
+    """One level measured to a steady state: its figures, its measured records and waves."""
 
-    async def worker() -> None:
-        nonlocal next_index
-        while next_index < len(payloads):
-            index = next_index
-            next_index += 1
-            records[index] = await stream_request(session, url, payloads[index], timeout_s, expected_tokens)
+    metrics: PhaseMetrics
+    records: list[RequestRecord]
+    waves: list[Wave]
+    warmup_completed: int
+    sent: int
 
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(payloads)))))
-    wall = time.perf_counter() - start
-    return [r for r in records if r is not None], wall
+
+@dataclass
+class _Loop:
+    """The state of one level's closed loop: what was sent and completed (decisions: steady.py)."""
+
+    workload: Workload
+    sampler: RunningSampler | None
+    sent: int = 0
+    completed: list[RequestRecord] = field(default_factory=list)
+    warmup_count: int | None = None
+    warmup_end: float = 0.0
+
+    def measured(self) -> list[RequestRecord]:
+        return self.completed[self.warmup_count :] if self.warmup_count is not None else []
+
+    def may_send(self) -> bool:
+        """Send another request: always while warming up, then as steady.launch_more says."""
+        if self.warmup_count is None:
+            return True
+        w = self.workload
+        errors = sum(1 for r in self.measured() if not r.success)
+        elapsed = time.perf_counter() - self.warmup_end
+        launched = self.sent - self.warmup_count
+        return launch_more(
+            launched, errors, elapsed, w.concurrency, w.num_requests, w.min_measure_s, w.min_waves
+        )
+
+    def complete(self, record: RequestRecord) -> None:
+        """Fold in one completion; the one that ends the warm-up starts the measured waves."""
+        self.completed.append(record)
+        if self.warmup_count is not None:
+            return
+        w = self.workload
+        peak = max(self.sampler.totals) if self.sampler and self.sampler.totals else None
+        if warmup_done(len(self.completed), w.warmup_requests, peak, w.concurrency, self.sampler is not None):
+            self.warmup_count, self.warmup_end = len(self.completed), record.end
+            if self.sampler is not None:
+                self.sampler.reset()  # the gate reads the measured waves' running batch only
 
 
 async def run_phase(
     endpoint: Endpoint,
     workload: Workload,
-    prompts: Sequence[str],
-    warmup_prompts: Sequence[str],
+    prompt_for: Callable[[int], str],
     sampler: RunningSampler | None = None,
-) -> tuple[PhaseMetrics, list[RequestRecord]]:
-    """Warm up (not counted), then measure `workload` and return its figures and raw records.
+) -> SteadyPhase:
+    """Run one level as a continuous closed loop until its steady-state waves are measured.
 
-    `sampler` (the decode workers' running-requests gauge) runs alongside the measured requests only.
+    `prompt_for(i)` is the i-th request's prompt (warm-up included). Every request sent is awaited,
+    so the last wave ends as the loop drains (as the fixed-count phase always did). `sampler` (the
+    decode workers' running-requests gauge) runs throughout: the warm-up may wait for it to see a
+    full batch, and it is reset when the waves start, so its summary covers the waves only.
     """
-    if len(prompts) != workload.num_requests:
-        raise ValueError(f"{len(prompts)} prompts for {workload.num_requests} requests")
     url = endpoint.url(workload.api)
+    loop = _Loop(workload, sampler)
+    if workload.warmup_requests == 0:  # asked for no warm-up: the waves start with the loop
+        loop.warmup_count, loop.warmup_end = 0, time.perf_counter()
 
-    def payloads(texts: Sequence[str]) -> list[dict[str, Any]]:
-        return [build_payload(workload.api, endpoint.model, t, workload.output_len, True) for t in texts]
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while loop.may_send():
+            index = loop.sent
+            loop.sent += 1
+            body = build_payload(
+                workload.api, endpoint.model, prompt_for(index), workload.output_len, True, workload.thinking
+            )
+            loop.complete(
+                await stream_request(session, url, body, workload.request_timeout_s, workload.output_len)
+            )
 
-    async with _session(workload.concurrency, endpoint.headers) as session:
-        if warmup_prompts:
-            await _closed_loop(
-                session,
-                url,
-                payloads(warmup_prompts),
-                workload.concurrency,
-                workload.request_timeout_s,
-                workload.output_len,
-            )
-        stop = asyncio.Event()
-        sampling = asyncio.create_task(sampler.run(stop)) if sampler is not None else None
-        try:
-            records, wall = await _closed_loop(
-                session,
-                url,
-                payloads(prompts),
-                workload.concurrency,
-                workload.request_timeout_s,
-                workload.output_len,
-            )
-        finally:
-            stop.set()
-            if sampling is not None:
-                await sampling
-    return compute_phase(records, workload.concurrency, wall), records
+    stop = asyncio.Event()
+    sampling = asyncio.create_task(sampler.run(stop)) if sampler is not None else None
+    try:
+        async with _session(workload.concurrency, endpoint.headers) as session:
+            await asyncio.gather(*(worker(session) for _ in range(workload.concurrency)))
+    finally:
+        stop.set()
+        if sampling is not None:
+            await sampling
+    measured = loop.measured()
+    waves = split_waves(measured, loop.warmup_end, workload.concurrency)
+    wall = max((r.end for r in measured), default=loop.warmup_end) - loop.warmup_end
+    metrics = compute_phase(measured, workload.concurrency, wall)
+    return SteadyPhase(metrics, measured, waves, loop.warmup_count or 0, loop.sent)
 
 
 async def probe(

@@ -106,6 +106,13 @@ class RunningSampler:
                 await self._round(session)
                 return
 
+    def reset(self) -> None:
+        """Forget what was read so far (the warm-up's samples): the summary covers what follows."""
+        self.totals.clear()
+        self.per_url_peak.clear()
+        self.errors.clear()
+        self.rounds = 0
+
     def summary(self, asked: int) -> dict[str, Any]:
         """What the report and the gate read: the peak against the concurrency asked for."""
         peak = max(self.totals) if self.totals else None

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pd_appliance.bench.steady import relative_spread
+
 
 @dataclass(frozen=True)
 class Gate:
@@ -167,18 +169,74 @@ def target_distances(measurement: Mapping[str, Any], targets: Mapping[int, float
     return out
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """The regression tolerance applied at one level, and where it came from."""
+
+    applied: float
+    configured: float
+    spread: float | None
+    waves: int
+
+    @property
+    def source(self) -> str:
+        return "spread" if self.spread is not None and self.spread > self.configured else "configured"
+
+    def text(self) -> str:
+        """Which tolerance applied and why, e.g. "tolerance 20.0%: the waves' (p50-p10)/p50 of 6
+        waves, wider than the configured 10.0%"."""
+        if self.spread is None:
+            return f"tolerance {self.applied:.1%}: the configured one (no wave spread measured)"
+        spread = f"the waves' (p50-p10)/p50 of {self.waves} waves"
+        if self.source == "spread":
+            return f"tolerance {self.applied:.1%}: {spread}, wider than the configured {self.configured:.1%}"
+        return f"tolerance {self.applied:.1%}: the configured one ({spread} is {self.spread:.1%})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "source": self.source}
+
+
+def effective_tolerance(configured: float, phase: Mapping[str, Any] | None) -> Tolerance:
+    """max(configured tolerance, the level's relative spread): a gate never tighter than the noise.
+
+    The spread is steady.relative_spread, (p50 - p10) / p50 of the per-wave output tok/s: how far
+    below its median one wave in ten falls, in the tolerance's own unit (a fraction below). A
+    tolerance tighter than that fails a healthy deployment on noise alone, one run in a few. It
+    widens both figures of the level (aggregate and per-request), whose noise has the same source.
+    """
+    phase_spread = (phase or {}).get("spread")
+    spread = relative_spread(phase_spread)
+    waves = int((phase_spread or {}).get("waves") or 0)
+    applied = max(configured, spread) if spread is not None else configured
+    return Tolerance(applied, configured, spread, waves)
+
+
+def regression_tolerances(measurement: Mapping[str, Any], tolerance: float | None) -> dict[str, Tolerance]:
+    """The tolerance applied at each measured level (empty without a configured tolerance)."""
+    if tolerance is None:
+        return {}
+    return {
+        concurrency_label(int(p["concurrency"])): effective_tolerance(tolerance, p)
+        for p in measurement.get("phases") or []
+    }
+
+
 def regression_gates(
     measurement: Mapping[str, Any], last_accepted: Mapping[str, Any] | None, tolerance: float | None
 ) -> list[Gate]:
-    """Fail every figure that dropped more than `tolerance` (a fraction) below the last accepted run."""
+    """Fail every figure that dropped more than its level's effective tolerance below the last
+    accepted run: `tolerance` (a fraction), widened to the level's measured spread where that is
+    larger (effective_tolerance)."""
     if tolerance is None or last_accepted is None:
         return []
     baseline = last_accepted.get("figures") or {}
+    tolerances = regression_tolerances(measurement, tolerance)
     gates: list[Gate] = []
     for name, measured in regression_figures(measurement).items():
         if name not in baseline:
             continue
-        floor = float(baseline[name]) * (1.0 - tolerance)
+        level = tolerances.get(name.split(" ", 1)[0]) or Tolerance(tolerance, tolerance, None, 0)
+        floor = float(baseline[name]) * (1.0 - level.applied)
         ok = measured >= floor
         gates.append(
             Gate(
@@ -186,7 +244,7 @@ def regression_gates(
                 ok,
                 f"{name} {measured:.2f} {'>=' if ok else '<'} {floor:.2f} "
                 f"(last accepted {float(baseline[name]):.2f} at {last_accepted.get('accepted_at', '?')}, "
-                f"tolerance {tolerance:.0%})",
+                f"{level.text()})",
                 measured,
                 floor,
             )

@@ -148,6 +148,10 @@ def build_report(
         "decode_concurrency_levels": sorted(decode_concurrency_levels),
         "max_error_rate": max_error_rate,
         "regression_tolerance": regression_tolerance,
+        "regression_tolerances": {
+            label: t.as_dict()
+            for label, t in gates.regression_tolerances(selected, regression_tolerance).items()
+        },
         "last_accepted": dict(last_accepted) if last_accepted else None,
         "gates": [g.as_dict() for g in gate_list],
         "variants_passing_floors": per_variant,
@@ -171,6 +175,55 @@ def _fmt(value: Any, digits: int = 1) -> str:
 def _pcts(summary: Mapping[str, Any] | None) -> str:
     summary = summary or {}
     return " / ".join(_fmt(summary.get(k)) for k in ("p50", "p90", "p99"))
+
+
+def figure_with_spread(phase: Mapping[str, Any]) -> str:
+    """A level's output tok/s with the spread of its waves, e.g.
+    "1,234 tok/s (p10 1,200 / p90 1,260, CV 2.1 %, 6 waves, 61 s)"."""
+    figure = f"{float(phase['output_tok_s']):,.0f} tok/s"
+    spread = phase.get("spread") or {}
+    if not spread.get("waves"):
+        return figure + " (no waves: measured before steady-state waves)"
+    failed = (
+        f", {spread['failed_waves']} with a failed request left out" if spread.get("failed_waves") else ""
+    )
+    counts = f"{spread['waves']} waves{failed}, {spread['measured_s']:.0f} s"
+    if spread.get("p50") is None:
+        return f"{figure} (no spread: every wave had a failed request; {counts})"
+    cv = f"{spread['cv'] * 100:.1f} %" if spread.get("cv") is not None else "-"
+    return f"{figure} (p10 {spread['p10']:,.0f} / p90 {spread['p90']:,.0f}, CV {cv}, {counts})"
+
+
+def _spread_lines(report: Mapping[str, Any]) -> list[str]:
+    """Markdown: every variant's figure at each level with its spread over the measured waves."""
+    lines = ["", "## Throughput and its spread", ""]
+    lines.append(
+        "Output tok/s of each level over its measured waves (a wave: as many completed requests as the "
+        "concurrency); p10 / p90 and the CV (stdev / mean) are of the per-wave figures."
+    )
+    lines.append("")
+    rows = [
+        f"- **{m.get('variant')}** {gates.concurrency_label(int(p['concurrency']))}: {figure_with_spread(p)}"
+        for m in report["variants"]
+        for p in m.get("phases") or []
+    ]
+    return lines + rows if rows else []
+
+
+def _tolerance_lines(report: Mapping[str, Any]) -> list[str]:
+    """Markdown: the regression tolerance each level was gated with, and why that one."""
+    tolerances = report.get("regression_tolerances") or {}
+    if not tolerances or not report.get("last_accepted"):
+        return []
+    lines = [
+        "",
+        "Regression tolerance applied (the configured one, or the waves' spread where that is wider):",
+        "",
+    ]
+    for label, t in tolerances.items():
+        fields = {k: t.get(k) for k in ("applied", "configured", "spread", "waves")}
+        lines.append(f"- {label}: {gates.Tolerance(**fields).text()}")
+    return lines
 
 
 def overrides_text(measurement: Mapping[str, Any]) -> str:
@@ -272,6 +325,19 @@ def ruled_out(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _settings_text(settings: Mapping[str, Any] | None, workload: Mapping[str, Any]) -> str:
+    """The fixed request settings in one line (older measurements did not record them)."""
+    if not settings:
+        return "Request settings: not recorded (temperature 0 and ignore_eos were fixed then too)."
+    thinking = "on" if settings.get("thinking") else "off"
+    where = "" if workload.get("api") == "chat" else " (unused: the completions API applies no chat template)"
+    return (
+        f"Request settings: temperature {settings.get('temperature', 0.0):g}, ignore_eos "
+        f"{str(settings.get('ignore_eos', True)).lower()}, chat template thinking {thinking}{where}; "
+        f"prompts from the corpus {settings.get('prompt_corpus', '?')}."
+    )
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     meta = report.get("metadata") or {}
     verdict = "PASSED" if report["passed"] else "FAILED"
@@ -295,6 +361,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"| {g['name']} | {'pass' if g['passed'] else '**FAIL**'} | {_fmt(g['measured'], 2)} | "
             f"{_fmt(g['limit'], 2)} | {g['message']} |"
         )
+    lines += _tolerance_lines(report)
+    lines += _spread_lines(report)
     lines += engine_choices.markdown(report.get("engine_startup"))
     lines += roofline.markdown(report.get("roofline"))
     targets = report.get("targets") or []
@@ -374,9 +442,18 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"API `{w['api']}`, input {w['input_len']} {unit}, output {w['output_len']} tokens (ignore_eos), "
             f"request timeout {w['request_timeout_s']:g} s.",
             "",
-            "| concurrency | requests | warm-up requests |",
-            "| --- | --- | --- |",
-            *[f"| {x['concurrency']} | {x['num_requests']} | {x['warmup_requests']} |" for x in workloads],
+            _settings_text(report["variants"][0].get("request_settings"), w),
+            "",
+            "Each level is a closed loop, warmed up (the warm-up count, and with decode /metrics until the "
+            "running batch reached the concurrency), then measured in waves until every minimum is met.",
+            "",
+            "| concurrency | min requests | min waves | min measured s | warm-up requests |",
+            "| --- | --- | --- | --- | --- |",
+            *[
+                f"| {x['concurrency']} | {x['num_requests']} | {x.get('min_waves', 1)} "
+                f"| {x.get('min_measure_s', 0):g} | {x['warmup_requests']} |"
+                for x in workloads
+            ],
         ]
     lines += ["", "## Environment", ""]
     for key in ("host", "target_url", "pd_appliance_version", "appliance_commit"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,9 +14,13 @@ from pd_appliance.bench import SCHEMA_VERSION
 from pd_appliance.bench.client import Endpoint, discover_model, probe, run_phase, wait_ready
 from pd_appliance.bench.decode_metrics import RunningSampler
 from pd_appliance.bench.metrics import RequestRecord
+from pd_appliance.bench.steady import spread
 from pd_appliance.bench.workload import (
+    CORPUS_FILE,
+    TokenizerLike,
     Workload,
     WorkloadError,
+    load_corpus,
     load_tokenizer,
     prompt_length,
     synthetic_prompt,
@@ -64,9 +69,16 @@ def plan_from_lists(
     warmup_requests: Sequence[int] | None = None,
     api: str = "completions",
     request_timeout_s: float = 600.0,
+    min_measure_s: float = 0.0,
+    min_waves: int = 1,
+    thinking: bool = False,
     **kwargs: Any,
 ) -> Plan:
-    """Build a Plan from per-concurrency lists (one request count per concurrency, or one for all)."""
+    """Build a Plan from per-concurrency lists (one request count per concurrency, or one for all).
+
+    `num_requests` is each level's lower bound on measured requests; `min_measure_s` and
+    `min_waves` (the same for every level) extend a level until its spread means something.
+    """
     if not concurrencies:
         raise WorkloadError("the concurrency list is empty: give at least one level (e.g. 1 16)")
     if len(set(concurrencies)) != len(concurrencies):
@@ -86,7 +98,7 @@ def plan_from_lists(
     counts = per_level(num_requests, "num_requests", [])
     warmups = per_level(warmup_requests, "warmup_requests", list(concurrencies))
     workloads = [
-        Workload(c, n, input_len, output_len, w, api, request_timeout_s)
+        Workload(c, n, input_len, output_len, w, api, request_timeout_s, min_measure_s, min_waves, thinking)
         for c, n, w in zip(concurrencies, counts, warmups, strict=True)
     ]
     return Plan(base_url=base_url, workloads=workloads, **kwargs)
@@ -112,6 +124,13 @@ async def measure(plan: Plan, keep_records: bool = False) -> dict[str, Any]:
         "input_len_unit": "tokens" if tokenizer is not None else "characters",
         "tokenizer": plan.tokenizer if tokenizer is not None else None,
         "workloads": [w.as_dict() for w in plan.workloads],
+        # Fixed for every request, so two runs differ only in the server: printed in the report.
+        "request_settings": {
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "thinking": any(w.thinking for w in plan.workloads),
+            "prompt_corpus": f"{CORPUS_FILE} ({len(load_corpus())} passages)",
+        },
         "phases": [],
     }
     try:
@@ -129,29 +148,10 @@ async def measure(plan: Plan, keep_records: bool = False) -> dict[str, Any]:
     result["probe"] = await probe(endpoint, p.prompt, p.expect, p.api, p.max_tokens, p.timeout_s)
     records: dict[str, list[dict[str, Any]]] = {}
     if result["probe"]["passed"]:
-        offset = 0
+        offset = 0  # prompt indices run on across levels: no level reuses another's prompts
         for workload in plan.workloads:
-            warm = [
-                synthetic_prompt(offset + i, workload.input_len, tokenizer, plan.seed)
-                for i in range(workload.warmup_requests)
-            ]
-            offset += workload.warmup_requests
-            prompts = [
-                synthetic_prompt(offset + i, workload.input_len, tokenizer, plan.seed)
-                for i in range(workload.num_requests)
-            ]
-            offset += workload.num_requests
-            phase_start = time.time()
-            sampler = (
-                RunningSampler(plan.decode_metrics_urls, plan.metrics_interval_s)
-                if plan.decode_metrics_urls
-                else None
-            )
-            metrics, raw = await run_phase(endpoint, workload, prompts, warm, sampler)
-            phase = metrics.as_dict()
-            phase["started_at_unix"] = round(phase_start, 3)
-            phase["input_len_measured"] = prompt_length(prompts[0], tokenizer)
-            phase["decode_running"] = sampler.summary(workload.concurrency) if sampler else None
+            phase, raw = await _measure_level(endpoint, plan, workload, offset, tokenizer)
+            offset += phase["sent"]
             result["phases"].append(phase)
             if keep_records:
                 records[str(workload.concurrency)] = [_record_dict(r) for r in raw]
@@ -159,6 +159,34 @@ async def measure(plan: Plan, keep_records: bool = False) -> dict[str, Any]:
         result["records"] = records
     result["finished_at"] = _utc_now()
     return result
+
+
+async def _measure_level(
+    endpoint: Endpoint, plan: Plan, workload: Workload, offset: int, tokenizer: TokenizerLike | None
+) -> tuple[dict[str, Any], list[RequestRecord]]:
+    """One level to a steady state from prompt `offset` on: its figures, waves and spread, and its
+    measured records."""
+
+    @functools.cache
+    def prompt_for(index: int) -> str:
+        return synthetic_prompt(offset + index, workload.input_len, tokenizer, plan.seed)
+
+    # Built before the clock starts, as they always were; a longer run builds the rest as it goes.
+    for index in range(workload.warmup_requests + workload.num_requests + workload.concurrency):
+        prompt_for(index)
+    phase_start = time.time()
+    urls = plan.decode_metrics_urls
+    sampler = RunningSampler(urls, plan.metrics_interval_s) if urls else None
+    steady_phase = await run_phase(endpoint, workload, prompt_for, sampler)
+    phase = steady_phase.metrics.as_dict()
+    phase["started_at_unix"] = round(phase_start, 3)
+    phase["input_len_measured"] = prompt_length(prompt_for(0), tokenizer)
+    phase["decode_running"] = sampler.summary(workload.concurrency) if sampler else None
+    phase["waves"] = [round(w.output_tok_s, 3) for w in steady_phase.waves]
+    phase["spread"] = spread(steady_phase.waves)
+    phase["warmup_completed"] = steady_phase.warmup_completed
+    phase["sent"] = steady_phase.sent
+    return phase, steady_phase.records
 
 
 def _record_dict(record: RequestRecord) -> dict[str, Any]:
