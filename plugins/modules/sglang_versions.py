@@ -20,6 +20,28 @@ options:
     type: list
     elements: str
     default: []
+  state:
+    description:
+      - >-
+        Also return C(state_digest), the digest of what the install, patch and verify steps leave
+        in the venv (pd_appliance.sglang_versions.state_digest): its dist-info RECORDs, the patch
+        marker and the files it lists, and I(state_files).
+    type: bool
+    default: false
+  patch_marker:
+    description: The patch series' marker (with I(state)).
+    type: path
+  state_files:
+    description: The role's own stamps that belong to the venv's state (with I(state)).
+    type: list
+    elements: path
+    default: []
+  proof_record:
+    description:
+      - >-
+        A proof record to read in the same run (pd_appliance.proofs), returned as C(proof_record)
+        shaped like M(ansible.builtin.slurp)'s result (empty when the file does not exist).
+    type: path
 author: pd-appliance
 """
 
@@ -35,9 +57,18 @@ ansible_facts:
   description: pd_sglang_versions and pd_sglang_versions_missing.
   type: dict
   returned: success
+state_digest:
+  description: The venv's state digest (with I(state)).
+  type: str
+  returned: when state is true
+proof_record:
+  description: "I(proof_record)'s content, base64 (C(content)), or {} when absent."
+  type: dict
+  returned: when proof_record is given
 """
 
-from pathlib import Path  # noqa: E402  (Ansible wants DOCUMENTATION first)
+import base64  # noqa: E402  (Ansible wants DOCUMENTATION first)
+from pathlib import Path  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -47,11 +78,15 @@ def main() -> None:
         argument_spec={
             "venv": {"type": "path", "required": True},
             "required": {"type": "list", "elements": "str", "default": []},
+            "state": {"type": "bool", "default": False},
+            "patch_marker": {"type": "path"},
+            "state_files": {"type": "list", "elements": "path", "default": []},
+            "proof_record": {"type": "path"},
         },
         supports_check_mode=True,
     )
     try:
-        from pd_appliance.sglang_versions import COMPONENTS, collect
+        from pd_appliance.sglang_versions import COMPONENTS, collect, state_digest
     except ImportError as exc:
         module.fail_json(
             msg=f"pd_appliance is not importable ({exc}): run the task with the tools venv's Python"
@@ -71,7 +106,21 @@ def main() -> None:
         module.fail_json(
             msg=f"not installed in {module.params['venv']}: {', '.join(absent)}", ansible_facts=facts
         )
-    module.exit_json(changed=False, ansible_facts=facts, site_packages=found["site_packages"])
+    extra = {}
+    params = module.params
+    if params["state"]:
+        marker = Path(params["patch_marker"]) if params["patch_marker"] else None
+        extra["state_digest"] = state_digest(
+            Path(params["venv"]), marker, [Path(p) for p in params["state_files"]]
+        )
+    if params["proof_record"]:
+        record = Path(params["proof_record"])
+        extra["proof_record"] = (
+            {"content": base64.b64encode(record.read_bytes()).decode("ascii"), "source": str(record)}
+            if record.is_file()
+            else {}
+        )
+    module.exit_json(changed=False, ansible_facts=facts, site_packages=found["site_packages"], **extra)
 
 
 if __name__ == "__main__":

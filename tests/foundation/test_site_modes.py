@@ -8,9 +8,11 @@ started the way `make rehearse` starts it): fresh --check -> converge -> here: c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -68,17 +70,27 @@ def test_converged_check_changes_nothing_and_every_tag_runs_alone(converged_site
     tags = playbook_tags()
     assert set(STAGE_TAGS) <= set(tags) and {"tools", "nixl", "sglang", "driver"} <= set(tags), tags
     for tag in tags:
-        # --tags sglang runs forced: a proof whose record matches runs again when asked to.
-        forced = ("-e", "appliance_force_checks=true") if tag == "sglang" else ()
+        # --tags nixl runs forced: a proof whose record matches runs again when asked to.
+        forced = ("-e", "appliance_force_checks=true") if tag == "nixl" else ()
+        if tag == "sglang":
+            # A patched file edited by hand changes the SGLang venv's state: its steps run again
+            # and restore it, while the lock proof, whose inputs did not change, stays skipped.
+            patched = _edit_a_patched_file(converged_site.root)
         alone = converged_site.play("site.yml", "--tags", tag, *forced)
         output = _ok(alone)
         flat = " ".join(output.split())
         if tag == "provision":
             # Nothing the proofs read changed since the converge proved it: they are skipped, and say so.
-            assert "PROOF SKIPPED: lock proof: inputs unchanged since" in flat, flat[-3000:]
+            assert "PROOF SKIPPED: SGLang venv: inputs unchanged since" in flat, flat[-3000:]
             assert "PROOF SKIPPED: NIXL check: inputs unchanged since" in flat, flat[-3000:]
+        if tag == "sglang":
+            assert "PROOF SKIPPED: SGLang venv" not in flat, flat[-3000:]
+            assert "PROOF SKIPPED: lock proof: inputs unchanged since" in flat, flat[-3000:]
+            assert hashlib.sha256(patched[0].read_bytes()).hexdigest() == patched[1], "the patch is back"
         if forced:
-            assert "PROOF SKIPPED: lock proof" not in flat and "locked packages proven against" in flat
+            assert "PROOF SKIPPED: NIXL check" not in flat, flat[-3000:]
+            ran = re.search(r"TASK \[nixl : Run the NIXL check\][^\n]*\n(ok|changed):", output)
+            assert ran, output[-3000:]
         if tag in STAGE_TAGS:
             assert re.search(rf"PLAY \[{tag.capitalize()}", output, re.IGNORECASE), (
                 f"--tags {tag} ran no {tag} play"
@@ -90,6 +102,16 @@ def test_converged_check_changes_nothing_and_every_tag_runs_alone(converged_site
             # in place, the patch series applied once).
             changed = re.findall(r"TASK \[([^\]]+)\][^\n]*\nchanged:", alone.stdout)
             assert _recap(alone)["changed"] == 0, f"--tags provision changed: {changed}"
+
+
+def _edit_a_patched_file(root: Path) -> tuple[Path, str]:
+    """Append a line to a file the patch series patched; returns it and its patched sha256."""
+    [marker] = (root / "opt/pd-appliance/sglang").glob("*/pd-appliance-patches.json")
+    [site] = marker.parent.glob("lib/python3*/site-packages")
+    rel, state = sorted(json.loads(marker.read_text())["files"].items())[0]
+    with (site / rel).open("a") as handle:
+        handle.write("# edited by hand\n")
+    return site / rel, state["patched_sha256"]
 
 
 def test_the_converged_report_has_the_roofline_of_its_layout(converged_site: ConvergedSite) -> None:

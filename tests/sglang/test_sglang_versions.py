@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from pd_appliance.sglang_versions import collect, torch_cuda, venv_site_packages
+from pd_appliance.sglang_versions import collect, state_digest, torch_cuda, venv_site_packages
 
 
 def _dist(site: Path, name: str, version: str) -> None:
@@ -37,6 +39,52 @@ def test_cpu_torch_has_no_cuda(tmp_path: Path) -> None:
     (tmp_path / "torch" / "version.py").write_text("cuda: Optional[str] = None\n")
     assert torch_cuda(tmp_path) is None
     assert torch_cuda(tmp_path / "nowhere") is None
+
+
+def test_the_state_digest_sees_installs_patches_and_stamps_not_bytecode(tmp_path: Path) -> None:
+    """What makes the sglang role's steps run again (roles/sglang/tasks/state.yml) and what does not."""
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("version = 3.11.2\n")
+    for name in ("sglang", "numpy"):
+        _dist(site, name, "1.0")
+        (site / f"{name}-1.0.dist-info" / "RECORD").write_text(f"{name}/__init__.py,sha256=abc,3\n")
+    (site / "sglang").mkdir()
+    patched = site / "sglang" / "engine.py"
+    patched.write_text("patched\n")
+    marker, stamp = venv / "pd-appliance-patches.json", venv / "pd-appliance-wheel.sha256"
+    marker.write_text(json.dumps({"files": {"sglang/engine.py": {"patched_sha256": "x"}}}))
+    stamp.write_text("aa\n")
+
+    def digest() -> str:
+        return state_digest(venv, marker, [stamp])
+
+    base = digest()
+    assert digest() == base, "deterministic"
+    (site / "sglang" / "__pycache__").mkdir()
+    (site / "sglang" / "__pycache__" / "engine.cpython-311.pyc").write_bytes(b"\0")
+    assert digest() == base, "byte-compiling changes nothing the steps make"
+    changes = {
+        "a patched file edited": lambda: patched.write_text("edited\n"),
+        "a patched file removed": patched.unlink,
+        "a package upgraded": lambda: (site / "numpy-1.0.dist-info" / "RECORD").write_text(
+            "numpy/x.py,sha256=d,1\n"
+        ),
+        "a package removed": lambda: shutil.rmtree(site / "numpy-1.0.dist-info"),
+        "the kernels' stamp": lambda: stamp.write_text("bb\n"),
+        "the patch marker": lambda: marker.write_text("{}"),
+    }
+    for what, change in changes.items():
+        saved = {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} | {
+            p: p.read_bytes() for p in (marker, stamp)
+        }
+        change()
+        assert digest() != base, what
+        for path, data in saved.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        assert digest() == base, f"restored after: {what}"
 
 
 def test_not_a_venv_is_named(tmp_path: Path) -> None:
