@@ -9,15 +9,16 @@ are absent: those are reported as None and listed as missing, never guessed.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
+
+from pd_appliance.supply.venv_state import state_digest
+
+__all__ = ["COMPONENTS", "collect", "installed", "state_digest", "torch_cuda", "venv_site_packages"]
 
 # Fact key -> distribution names that provide it, first found wins (renames across releases).
 COMPONENTS: dict[str, tuple[str, ...]] = {
@@ -74,52 +75,3 @@ def collect(venv: Path) -> dict[str, Any]:
     versions["cuda"] = torch_cuda(site)
     missing = sorted(k for k, v in versions.items() if v is None)
     return {"versions": versions, "missing": missing, "site_packages": str(site)}
-
-
-def state_digest(venv: Path, patch_marker: Path | None = None, state_files: Sequence[Path] = ()) -> str:
-    """sha256 of what the sglang role's install, patch and verify steps leave in `venv`.
-
-    The venv's pyvenv.cfg; every dist-info's name and RECORD (a RECORD lists each installed file
-    with its hash, so an install, upgrade or removal changes it); the patch marker and the sha256
-    each file it lists has now (a patched file edited or restored by hand changes it); and the role's
-    own stamps (`state_files`). A re-run whose inputs and this digest match what the last passed
-    run recorded has nothing to do (pd_appliance.proofs). Like `pip install` of a satisfied
-    requirement, it does not re-hash every installed file: a file changed behind RECORD's back is
-    what --force-checks is for.
-    """
-    site = venv_site_packages(venv)
-    digest = hashlib.sha256()
-
-    def add(label: str, data: bytes | None) -> None:
-        digest.update(f"{label}\0{'-' if data is None else len(data)}\0".encode())
-        digest.update(data or b"")
-
-    add("pyvenv.cfg", _read(venv / "pyvenv.cfg"))
-    for dist_info in sorted(site.glob("*.dist-info")):
-        add(f"record:{dist_info.name}", _read(dist_info / "RECORD"))
-    marker_text = _read(patch_marker) if patch_marker is not None else None
-    add("patch-marker", marker_text)
-    for rel in sorted(_marker_files(marker_text)):
-        content = _read(site / rel)
-        add(f"patched:{rel}", None if content is None else hashlib.sha256(content).hexdigest().encode())
-    for path in state_files:
-        add(f"state:{path}", _read(path))
-    return digest.hexdigest()
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
-def _marker_files(marker_text: bytes | None) -> list[str]:
-    """The files a patch marker lists (none when it is absent or unreadable: it then changes the digest)."""
-    if not marker_text:
-        return []
-    try:
-        files = json.loads(marker_text).get("files", {})
-    except (ValueError, AttributeError):
-        return []
-    return [str(rel) for rel in files] if isinstance(files, dict) else []

@@ -83,6 +83,8 @@ def test_converged_check_changes_nothing_and_every_tag_runs_alone(converged_site
             # Nothing the proofs read changed since the converge proved it: they are skipped, and say so.
             assert "PROOF SKIPPED: SGLang venv: inputs unchanged since" in flat, flat[-3000:]
             assert "PROOF SKIPPED: NIXL check: inputs unchanged since" in flat, flat[-3000:]
+        if tag == "tools":
+            assert "PROOF SKIPPED: tools and router venvs: inputs unchanged since" in flat, flat[-3000:]
         if tag == "sglang":
             assert "PROOF SKIPPED: SGLang venv" not in flat, flat[-3000:]
             assert "PROOF SKIPPED: lock proof: inputs unchanged since" in flat, flat[-3000:]
