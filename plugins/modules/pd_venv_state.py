@@ -23,6 +23,19 @@ options:
     description: The proof record to read, returned shaped like M(ansible.builtin.slurp)'s result.
     type: path
     required: true
+  locks:
+    description:
+      - >-
+        Hashed locks on the host whose packages are the venvs' state (with I(packages)); empty
+        (and no I(packages)): every installed package counts.
+    type: list
+    elements: path
+    default: []
+  packages:
+    description: More package names that count (installed from outside the locks).
+    type: list
+    elements: str
+    default: []
 author: pd-appliance
 """
 
@@ -55,18 +68,23 @@ def main() -> None:
         argument_spec={
             "venvs": {"type": "list", "elements": "path", "required": True},
             "proof_record": {"type": "path", "required": True},
+            "locks": {"type": "list", "elements": "path", "default": []},
+            "packages": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     try:
+        from pd_appliance.supply.lock import LockError, read_lock
         from pd_appliance.supply.venv_state import venvs_digest
     except ImportError as exc:
         module.fail_json(msg=f"pd_appliance is not importable ({exc}): run it with the tools venv's Python")
+    params = module.params
     try:
-        digest = venvs_digest([Path(v) for v in module.params["venvs"]])
-    except FileNotFoundError as exc:
+        names = {name for lock in params["locks"] for name in read_lock(Path(lock))} | set(params["packages"])
+        digest = venvs_digest([Path(v) for v in params["venvs"]], names or None)
+    except (FileNotFoundError, LockError) as exc:
         module.fail_json(msg=str(exc))
-    record = Path(module.params["proof_record"])
+    record = Path(params["proof_record"])
     content = {"content": base64.b64encode(record.read_bytes()).decode("ascii")} if record.is_file() else {}
     module.exit_json(changed=False, state_digest=digest, proof_record=content)
 

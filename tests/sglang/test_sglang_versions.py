@@ -65,6 +65,12 @@ def test_the_state_digest_sees_installs_patches_and_stamps_not_bytecode(tmp_path
     (site / "sglang" / "__pycache__").mkdir()
     (site / "sglang" / "__pycache__" / "engine.cpython-311.pyc").write_bytes(b"\0")
     assert digest() == base, "byte-compiling changes nothing the steps make"
+    locked = state_digest(venv, packages=["sglang"])
+    _dist(site, "uv", "0.9")
+    (site / "uv-0.9.dist-info" / "RECORD").write_text("uv/__init__.py,,\n")
+    assert state_digest(venv, packages=["sglang"]) == locked, "another role's package is not this state"
+    assert digest() != base, "without a package list, every install counts"
+    shutil.rmtree(site / "uv-0.9.dist-info")
     changes = {
         "a patched file edited": lambda: patched.write_text("edited\n"),
         "a patched file removed": patched.unlink,
