@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 from test_gates import THRESHOLDS, measurement
 
 from pd_appliance.bench import history
-from pd_appliance.bench.report import ReportError, accept, build_report, select_fastest, write_report
+from pd_appliance.bench.report import (
+    ReportError,
+    accept,
+    build_report,
+    select_fastest,
+    spread_whiskers,
+    write_report,
+)
 
 META = {
     "host": "gpu-node-01",
@@ -190,8 +198,13 @@ def test_the_report_prints_each_figure_with_its_spread_and_the_tolerance_applied
         "figures": {"bs=1 output tok/s": 20.0, "C=16 output tok/s": 1250},
     }
     report = build_report([m], "deployed", THRESHOLDS, regression_tolerance=0.01, last_accepted=last)
-    md = Path(write_report(report, tmp_path)["markdown"]).read_text()
+    paths = write_report(report, tmp_path)
+    md = Path(paths["markdown"]).read_text()
     assert "- **deployed** C=16: 1,234 tok/s (p10 1,200 / p90 1,260, CV 2.1 %, 6 waves, 61 s)" in md
+    # The plot's C=16 bar has whiskers down to p10 and up to p90; bs=1, without waves, has none.
+    (below_bs1, below_c16), (above_bs1, above_c16) = spread_whiskers(m["phases"])
+    assert (below_c16, above_c16) == (34.0, 26.0) and math.isnan(below_bs1) and math.isnan(above_bs1)
+    assert Path(paths["png"]).stat().st_size > 10_000
     assert "- **deployed** bs=1: 20 tok/s (no waves" in md
     # C=16's waves spread (1236 - 1200) / 1236 = 2.9 %, wider than the configured 1 %: that applies.
     assert report["regression_tolerances"]["C=16"]["source"] == "spread"

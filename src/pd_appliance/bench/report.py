@@ -8,6 +8,7 @@ the plot is drawn, so a host without it still gets the JSON and the Markdown.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -485,11 +486,32 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def spread_whiskers(phases: Sequence[Mapping[str, Any] | None]) -> list[list[float]]:
+    """Whiskers from each bar (its output tok/s) down to its waves' p10 and up to their p90.
+
+    matplotlib's `yerr` shape: [below, above], one entry per bar; NaN (no whisker drawn) where a
+    level has no spread (not measured, or a report from before steady-state waves).
+    """
+    below: list[float] = []
+    above: list[float] = []
+    for phase in phases:
+        spread = (phase or {}).get("spread") or {}
+        figure, p10, p90 = (phase or {}).get("output_tok_s"), spread.get("p10"), spread.get("p90")
+        if figure is None or p10 is None or p90 is None:
+            below.append(math.nan)
+            above.append(math.nan)
+            continue
+        below.append(max(0.0, float(figure) - float(p10)))
+        above.append(max(0.0, float(p90) - float(figure)))
+    return [below, above]
+
+
 def render_plot(report: Mapping[str, Any], path: Path) -> None:
     """Every variant side by side: output tok/s (with floors and the target line), TPOT and TTFT p50.
 
-    One bar group per variant, one bar per concurrency level; the variant left running is starred,
-    the ones the tuner ruled out are hatched.
+    One bar group per variant, one bar per concurrency level, each output tok/s bar with whiskers to
+    its waves' p10 and p90; the variant left running is starred, the ones the tuner ruled out are
+    hatched.
     """
     import matplotlib
 
@@ -524,7 +546,8 @@ def render_plot(report: Mapping[str, Any], path: Path) -> None:
         phases = [{int(p["concurrency"]): p for p in m.get("phases") or []}.get(c) for m in variants]
         hatches = ["//" if out else "" for out in ineligible]
         tput = [p["output_tok_s"] if p else 0 for p in phases]
-        ax_tput.bar(xs, tput, width, label=label, color=colour, hatch=hatches)
+        whiskers = spread_whiskers(phases)
+        ax_tput.bar(xs, tput, width, label=label, color=colour, hatch=hatches, yerr=whiskers, capsize=3)
         for ax, key in ((ax_tpot, "tpot_ms"), (ax_ttft, "ttft_ms")):
             ys = [((p or {}).get(key) or {}).get("p50") for p in phases]
             ax.bar(
@@ -536,7 +559,7 @@ def render_plot(report: Mapping[str, Any], path: Path) -> None:
             ax_tput.axhline(targets[c], color=colour, linestyle=":", linewidth=1.5, label=f"{label} target")
     centers = [i + (len(levels) - 1) * width / 2 for i in range(len(variants))]
     for ax, title, unit in (
-        (ax_tput, "Output throughput (--: floor, ..: target)", "tok/s"),
+        (ax_tput, "Output throughput\n(--: floor, ..: target; whiskers: waves p10-p90)", "tok/s"),
         (ax_tpot, "TPOT p50", "ms"),
         (ax_ttft, "TTFT p50", "ms"),
     ):
