@@ -57,8 +57,7 @@ proof_record:
   returned: success
 """
 
-import base64  # noqa: E402  (Ansible wants DOCUMENTATION first)
-from pathlib import Path  # noqa: E402
+from pathlib import Path  # noqa: E402  (Ansible wants DOCUMENTATION first)
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -74,6 +73,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     try:
+        from pd_appliance.proofs import read_record_slurped
         from pd_appliance.supply.lock import LockError, read_lock
         from pd_appliance.supply.venv_state import venvs_digest
     except ImportError as exc:
@@ -84,9 +84,9 @@ def main() -> None:
         digest = venvs_digest([Path(v) for v in params["venvs"]], names or None)
     except (FileNotFoundError, LockError) as exc:
         module.fail_json(msg=str(exc))
-    record = Path(params["proof_record"])
-    content = {"content": base64.b64encode(record.read_bytes()).decode("ascii")} if record.is_file() else {}
-    module.exit_json(changed=False, state_digest=digest, proof_record=content)
+    module.exit_json(
+        changed=False, state_digest=digest, proof_record=read_record_slurped(Path(params["proof_record"]))
+    )
 
 
 if __name__ == "__main__":

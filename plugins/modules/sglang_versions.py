@@ -67,8 +67,7 @@ proof_record:
   returned: when proof_record is given
 """
 
-import base64  # noqa: E402  (Ansible wants DOCUMENTATION first)
-from pathlib import Path  # noqa: E402
+from pathlib import Path  # noqa: E402  (Ansible wants DOCUMENTATION first)
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -86,6 +85,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     try:
+        from pd_appliance.proofs import read_record_slurped
         from pd_appliance.sglang_versions import COMPONENTS, collect, state_digest
     except ImportError as exc:
         module.fail_json(
@@ -114,12 +114,7 @@ def main() -> None:
             Path(params["venv"]), marker, [Path(p) for p in params["state_files"]]
         )
     if params["proof_record"]:
-        record = Path(params["proof_record"])
-        extra["proof_record"] = (
-            {"content": base64.b64encode(record.read_bytes()).decode("ascii"), "source": str(record)}
-            if record.is_file()
-            else {}
-        )
+        extra["proof_record"] = read_record_slurped(Path(params["proof_record"]))
     module.exit_json(changed=False, ansible_facts=facts, site_packages=found["site_packages"], **extra)
 
 

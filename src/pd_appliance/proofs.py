@@ -12,6 +12,7 @@ proof that passed is recorded, so a failure is never remembered as proven.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import json
@@ -90,6 +91,16 @@ def parse_record(text: str | None) -> ProofRecord | None:
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def read_record_slurped(path: Path) -> dict[str, Any]:
+    """A record file shaped like ansible.builtin.slurp's result ({} when absent), for pd_proof_decide.
+
+    What a module that reads a venv's state returns beside it, so the record costs no slurp of its own.
+    """
+    if not path.is_file():
+        return {}
+    return {"content": base64.b64encode(path.read_bytes()).decode("ascii"), "source": str(path)}
 
 
 def decide(name: str, record_text: str | None, input_digest: str, force: bool = False) -> dict[str, Any]:
