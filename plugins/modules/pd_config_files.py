@@ -27,9 +27,11 @@ options:
     default: []
   files:
     description: >-
-      Files to hold exactly I(content), each C({path, content, owner, group, mode, name}); C(name) is what
-      C(changed_names) reports for it (default: the path). The file's directory must exist (list it in
-      I(directories)).
+      Files to hold exactly I(content), each C({path, content, owner, group, mode, name, validate}); C(name)
+      is what C(changed_names) reports for it (default: the path). The file's directory must exist (list it in
+      I(directories)). C(validate), as M(ansible.builtin.template)'s: a command (no shell) with C(%s), run on
+      the new content (a temporary file beside the path) before it replaces the old file; when it exits
+      non-zero the old file stays and the task fails with its output.
     type: list
     elements: dict
     default: []
@@ -52,6 +54,7 @@ changed_paths:
 """
 
 import os  # noqa: E402  (Ansible wants DOCUMENTATION first)
+import shlex  # noqa: E402
 import tempfile  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -101,6 +104,21 @@ def _read(path: str) -> bytes | None:
         return None
 
 
+def _validate(module: AnsibleModule, entry: dict, temporary: str) -> None:
+    """Run the entry's validate command on the new content; fail (old file kept) when it refuses it."""
+    command = entry.get("validate")
+    if not command:
+        return
+    if "%s" not in command:
+        module.fail_json(msg=f"validate for {entry['path']} must contain %s: {command}")
+    rc, out, err = module.run_command([part.replace("%s", temporary) for part in shlex.split(command)])
+    if rc != 0:
+        module.fail_json(
+            msg=f"{entry['path']} was not changed: `{command}` refused the new content (rc {rc})",
+            stdout=out, stderr=err, path=entry["path"],
+        )  # fmt: skip
+
+
 def _ensure_file(module: AnsibleModule, entry: dict, diffs: list) -> bool:
     """Write the content when it differs (atomically); set owner, group and mode."""
     path = os.path.abspath(entry["path"])
@@ -123,6 +141,7 @@ def _ensure_file(module: AnsibleModule, entry: dict, diffs: list) -> bool:
                 with os.fdopen(handle, "wb") as out:
                     out.write(wanted)
                 module.set_fs_attributes_if_different(_file_args(entry, temporary), False, expand=False)
+                _validate(module, entry, temporary)
                 os.replace(temporary, path)
             finally:
                 if os.path.lexists(temporary):

@@ -86,3 +86,19 @@ def test_absent_removes_files_and_a_missing_directory_is_named(tmp_path: Path) -
     orphan = {"files": [{"path": str(tmp_path / "nowhere/x.conf"), "content": "x\n"}]}
     failed = run_module(orphan)
     assert failed["failed"] and "does not exist: list it in directories" in failed["msg"], failed
+
+
+def test_validate_keeps_the_old_file_when_the_new_content_is_refused(tmp_path: Path) -> None:
+    """As template's validate: the command sees the new content (%s, a file beside the path) and the
+    old file stays when it exits non-zero; monitoring's rules and Prometheus config rely on it."""
+    target = tmp_path / "rules.yml"
+    target.write_text("good: 1\n")
+    entry = {"path": str(target), "mode": "0640", "validate": "grep -q good %s"}
+    refused = run_module({"files": [entry | {"content": "bad: 1\n"}]})
+    assert refused["failed"] and "was not changed" in refused["msg"], refused
+    assert target.read_text() == "good: 1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["rules.yml"], "no temporary file is left behind"
+    accepted = run_module({"files": [entry | {"content": "good: 2\n"}]})
+    assert accepted["changed"] and target.read_text() == "good: 2\n", accepted
+    unchanged = run_module({"files": [entry | {"content": "good: 2\n", "validate": "false %s"}]})
+    assert not unchanged["failed"] and not unchanged["changed"], "an unchanged file is not validated again"
