@@ -2,15 +2,18 @@
 
     python -m pd_appliance.serving.wait --serverurl unix:///run/pd-appliance/supervisor.sock \
         --program pd:decode --url http://10.0.0.5:30001/health --log /var/log/pd-appliance/decode.log \
-        [--timeout-s 1800] [--interval-s 2] [--log-lines 60]
+        [--program pd:router --url ... --log ...] [--timeout-s 1800] [--interval-s 2] [--log-lines 60]
 
-Prints one JSON object and exits 0 when the program is RUNNING (past supervisor's startsecs) and its
-health URL answers 200. Exits 1 as soon as supervisor reports BACKOFF, FATAL, EXITED or STOPPED (a
+Waits for each program in the order given (workers before the router: one process for all, where
+each would cost the play a module run). Prints one JSON object ({"ok", "programs": [each result]})
+and exits 0 when every program is RUNNING (past supervisor's startsecs) and its health URL answers
+200. Exits 1 as soon as supervisor reports BACKOFF, FATAL, EXITED or STOPPED (a
 crash during start: a missing binary, a bad flag, an out-of-memory load), or at the timeout, with
 the state and the last lines of the program's log, so a broken start costs seconds, not the whole
 model-load timeout. A program that answers its health URL while still STARTING is waited for: a
 play that returned then would leave it to supervisor's start bookkeeping to decide its fate.
-With --startup-record FILE, a healthy worker's log (since supervisor started it) is read for what the
+It stops at the first program that fails. With --startup-record FILE (one per --program, '' for
+none), a healthy worker's log (since supervisor started it) is read for what the
 engine chose at start-up and the record written to FILE (pd_appliance.serving.startup_log).
 """
 
@@ -82,42 +85,71 @@ def wait(
         sleep(interval_s)
 
 
+def wait_program(
+    server: Any, program: str, url: str, log: str, startup_record: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Wait for one program; on success record a worker's start-up choices, on failure its log tail."""
+    result = wait(
+        lambda: program_state(server, program),
+        lambda: probe(url, timeout_s=min(10.0, max(1.0, args.interval_s * 5))),
+        args.timeout_s,
+        args.interval_s,
+    )
+    result.update(program=program, url=url)
+    if not result["ok"]:
+        result["log_tail"] = log_tail(log, args.log_lines)
+    elif startup_record:
+        try:
+            info = server.supervisor.getProcessInfo(program)
+        except (xmlrpc.client.Fault, OSError):
+            info = {}  # no start time: the whole log is read
+        try:
+            record = record_program(info, program, log, startup_record)
+        except OSError as exc:  # the program is healthy: a record that cannot be written does not undo that
+            record = {"error": f"cannot write {startup_record}: {exc.strerror}"}
+        result["startup"] = {k: record.get(k) for k in ("choices", "fallbacks", "error")}
+    return result
+
+
+def wait_arguments(
+    program: str, health_urls: dict[str, str], log_dir: str, startup_dir: str = "", group: str = "pd"
+) -> list[str]:
+    """One program's arguments of this command, as the roles' wait tasks pass them: the pd group's
+    logs are <log_dir>/<program>.log and a worker's start-up record goes to startup_dir (the router
+    has none); another group's (monitor) logs are <log_dir>/<group>-<program>.log, with no record."""
+    log = f"{log_dir}/{program}.log" if group == "pd" else f"{log_dir}/{group}-{program}.log"
+    record = f"{startup_dir}/{program}.json" if startup_dir and group == "pd" and program != "router" else ""
+    return [f"--program={group}:{program}", f"--url={health_urls[program]}", f"--log={log}",
+            f"--startup-record={record}"]  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pd_appliance.serving.wait", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--serverurl", required=True)
-    parser.add_argument("--program", required=True, help="group:name, e.g. pd:decode")
-    parser.add_argument("--url", required=True, help="health URL that must answer 200")
-    parser.add_argument("--log", required=True, help="the program's log file")
-    parser.add_argument("--timeout-s", type=float, default=1800.0)
+    parser.add_argument("--program", required=True, action="append", help="group:name, e.g. pd:decode")
+    parser.add_argument("--url", required=True, action="append", help="health URL that must answer 200")
+    parser.add_argument("--log", required=True, action="append", help="the program's log file")
+    parser.add_argument("--timeout-s", type=float, default=1800.0, help="per program")
     parser.add_argument("--interval-s", type=float, default=2.0)
     parser.add_argument("--log-lines", type=int, default=60)
-    parser.add_argument("--startup-record", default="", help="once healthy, write what the engine chose at "
-                        "start-up (read from --log since the program started) to this JSON file")  # fmt: skip
+    parser.add_argument("--startup-record", action="append", default=None,
+                        help="once healthy, write what the engine chose at start-up (read from --log since "
+                        "the program started) to this JSON file; '' for none (the router)")  # fmt: skip
     args = parser.parse_args(argv)
+    records = args.startup_record or [""] * len(args.program)
+    if not len(args.program) == len(args.url) == len(args.log) == len(records):
+        parser.error("give --url, --log (and --startup-record, when any) once for each --program")
     server = connect(args.serverurl)
-    result = wait(
-        lambda: program_state(server, args.program),
-        lambda: probe(args.url, timeout_s=min(10.0, max(1.0, args.interval_s * 5))),
-        args.timeout_s,
-        args.interval_s,
-    )
-    result.update(program=args.program, url=args.url)
-    if not result["ok"]:
-        result["log_tail"] = log_tail(args.log, args.log_lines)
-    elif args.startup_record:
-        try:
-            info = server.supervisor.getProcessInfo(args.program)
-        except (xmlrpc.client.Fault, OSError):
-            info = {}  # no start time: the whole log is read
-        try:
-            record = record_program(info, args.program, args.log, args.startup_record)
-        except OSError as exc:  # the program is healthy: a record that cannot be written does not undo that
-            record = {"error": f"cannot write {args.startup_record}: {exc.strerror}"}
-        result["startup"] = {k: record.get(k) for k in ("choices", "fallbacks", "error")}
-    print(json.dumps(result))
-    return 0 if result["ok"] else 1
+    results = []
+    for program, url, log, record in zip(args.program, args.url, args.log, records, strict=True):
+        results.append(wait_program(server, program, url, log, record, args))
+        if not results[-1]["ok"]:
+            break
+    ok = all(result["ok"] for result in results)
+    print(json.dumps({"ok": ok, "programs": results}))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
