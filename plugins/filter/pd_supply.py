@@ -84,6 +84,14 @@ def pd_lock_hashes(text: str, name: str) -> list[str]:
     return entry.hashes
 
 
+def pd_lock_unsatisfied(text: str, names: list[str], installed: dict[str, str]) -> list[str]:
+    """Names of the lock's entries the installed distributions do not hold at the locked version."""
+    try:
+        return lock.unsatisfied(lock.parse_lock(text), names, installed)
+    except lock.LockError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def pd_lock_version(text: str, name: str) -> str:
     """The version the lock pins for one package."""
     entry = lock.parse_lock(text).get(lock.canonicalize_name(name))
@@ -137,6 +145,7 @@ class FilterModule:
             "pd_lock_hashes": pd_lock_hashes,
             "pd_lock_replace": pd_lock_replace,
             "pd_lock_version": pd_lock_version,
+            "pd_lock_unsatisfied": pd_lock_unsatisfied,
             "pd_deb_keyring_problems": pd_deb_keyring_problems,
             "pd_keyring_problems": pd_keyring_problems,
         }

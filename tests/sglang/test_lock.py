@@ -132,3 +132,20 @@ def test_render_round_trips_with_hashes() -> None:
     text = lock.render(entries, ["sglang", "numpy"])
     again = lock.parse_lock(text)
     assert sorted(again) == ["numpy", "sglang"] and again["sglang"].hashes == entries["sglang"].hashes
+
+
+def test_unsatisfied_names_what_an_installer_would_change() -> None:
+    """The nixl role skips its installer when this is empty: it must see a missing package, another
+    version, and names spelled as importlib.metadata spells them (nixl_cu13, NumPy)."""
+    entries = lock.read_lock(LOCK_DIR / LOCKS[0][1])
+    names = ["nixl-cu13", "nixl", "numpy"]
+    held = {
+        "nixl_cu13": entries["nixl-cu13"].version,
+        "nixl": entries["nixl"].version,
+        "NumPy": entries["numpy"].version,
+    }
+    assert lock.unsatisfied(entries, names, held) == []
+    assert lock.unsatisfied(entries, names, {k: v for k, v in held.items() if k != "nixl"}) == ["nixl"]
+    assert lock.unsatisfied(entries, names, held | {"NumPy": "0.0.1"}) == ["numpy"]
+    with pytest.raises(lock.LockError, match="not in the lock: no-such-package"):
+        lock.unsatisfied(entries, ["no-such-package"], held)

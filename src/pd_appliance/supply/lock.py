@@ -128,6 +128,21 @@ def closure(entries: Mapping[str, LockEntry], roots: Iterable[str], stop: Iterab
     return sorted(seen)
 
 
+def unsatisfied(
+    entries: Mapping[str, LockEntry], names: Iterable[str], installed: Mapping[str, str]
+) -> list[str]:
+    """The named entries a venv does not hold at the locked version (``installed``: name -> version, as
+    importlib.metadata lists a venv's distributions): what an installer run would change. pip and uv
+    skip a requirement already satisfied without hashing it again, so an empty list means that run
+    would be a no-op."""
+    held = {canonicalize_name(name): version for name, version in installed.items()}
+    chosen = sorted({canonicalize_name(n) for n in names})
+    missing = [n for n in chosen if n not in entries]
+    if missing:
+        raise LockError(f"not in the lock: {', '.join(missing)}")
+    return [n for n in chosen if held.get(n) != entries[n].version]
+
+
 def render(entries: Mapping[str, LockEntry], names: Iterable[str] | None = None, header: str = "") -> str:
     """A hash-checking requirements file with the named entries (all when ``names`` is None)."""
     chosen = sorted(entries) if names is None else sorted({canonicalize_name(n) for n in names})
