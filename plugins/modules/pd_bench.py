@@ -122,6 +122,14 @@ options:
     description: Wait for readiness and probe, measure nothing (after switching configuration).
     type: bool
     default: false
+  kv_warmup:
+    description:
+      - >-
+        Before measuring, send one untimed probe through the router (named C(kv-warmup)): the first prefill ->
+        decode handoff pays UCX's cold start (NIXL connection setup), which no measured figure should carry.
+        Its result is returned as C(kv_warmup); it gates nothing (the measurement's own probe decides).
+    type: bool
+    default: false
   variant:
     description: Name of the configuration being measured.
     type: str
@@ -150,6 +158,10 @@ RETURN = r"""
 measurement:
   description: Probe result, readiness, workloads and one dict of figures per concurrency (C(phases)).
   returned: always
+  type: dict
+kv_warmup:
+  description: The warm-up probe's measurement (C(probe), C(ready)), when I(kv_warmup) asked for one.
+  returned: when kv_warmup
   type: dict
 """
 
@@ -180,6 +192,7 @@ ARGUMENT_SPEC = {
     "probe_api": {"type": "str", "choices": ["completions", "chat"], "default": "completions"},
     "probe_max_tokens": {"type": "int", "default": 16},
     "probe_only": {"type": "bool", "default": False},
+    "kv_warmup": {"type": "bool", "default": False},
     "variant": {"type": "str", "default": "deployed"},
     "api_key": {"type": "str", "default": "", "no_log": True},
 }
@@ -201,12 +214,15 @@ def main() -> None:
         module.exit_json(changed=False, skipped=True, msg="check mode: nothing measured", measurement={})
     probe = ProbeSpec(p["probe_prompt"], p["probe_expect"], p["probe_api"], p["probe_max_tokens"])
     try:
-        if p["probe_only"]:
+        if p["probe_only"] or p["kv_warmup"]:
             plan = Plan(
                 p["url"], [], p["model"], p["api_key"], probe=probe, ready_timeout_s=p["ready_timeout_s"],
-                variant=p["variant"],
+                variant="kv-warmup" if p["kv_warmup"] else p["variant"],
             )  # fmt: skip
-            module.exit_json(changed=False, measurement=measure_sync(plan))
+            probed = measure_sync(plan)
+            if p["probe_only"]:
+                module.exit_json(changed=False, measurement=probed)
+        warmup = {"kv_warmup": probed} if p["kv_warmup"] else {}
         plan = plan_from_lists(
             p["url"],
             p["concurrency"],
@@ -232,7 +248,7 @@ def main() -> None:
         measurement = measure_sync(plan)
     except WorkloadError as err:
         module.fail_json(msg=f"pd_bench: {err}")
-    module.exit_json(changed=False, measurement=measurement)
+    module.exit_json(changed=False, measurement=measurement, **warmup)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,13 @@ options:
       recorded it (pd_appliance.serving.startup_log); a fallback named there fails the report.
     type: dict
     default: {}
+  engine_startup_here:
+    description: >-
+      The measuring host's own records, read here (C({host, directory, names}): the serve stage's
+      record directory on this host and its workers' names), merged into I(engine_startup): a
+      delegated read would cost a module run.
+    type: dict
+    default: {}
   roofline:
     description:
       - >-
@@ -179,6 +186,7 @@ def main() -> None:
             "targets": {"type": "dict", "default": {}},
             "decode_concurrency_levels": {"type": "list", "elements": "int", "default": []},
             "engine_startup": {"type": "dict", "default": {}},
+            "engine_startup_here": {"type": "dict", "default": {}},
             "roofline": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
@@ -186,9 +194,14 @@ def main() -> None:
     try:
         from pd_appliance.bench import history
         from pd_appliance.bench.report import ReportError, accept, build_report, write_report
+        from pd_appliance.serving.startup_log import read_records
     except ImportError as err:
         module.fail_json(msg=f"pd_appliance.bench is not importable ({err}): run with the tools venv")
     p = module.params
+    here = p["engine_startup_here"]
+    if here.get("host"):
+        records = read_records(here["directory"], here["names"])
+        p["engine_startup"] = {**p["engine_startup"], here["host"]: records}
     thresholds = _thresholds(module, p["thresholds"])
     last, history_error = None, ""
     try:
