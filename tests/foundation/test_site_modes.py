@@ -83,6 +83,11 @@ def test_converged_check_changes_nothing_and_every_tag_runs_alone(converged_site
             # Nothing the proofs read changed since the converge proved it: they are skipped, and say so.
             assert "PROOF SKIPPED: SGLang venv: inputs unchanged since" in flat, flat[-3000:]
             assert "PROOF SKIPPED: NIXL check: inputs unchanged since" in flat, flat[-3000:]
+            # The driver and NIXL stages run before the checkpoint stage, yet on a converged host
+            # they judge the fabric by the KV need of the checkpoint there (checkpoint_revision is a
+            # branch: the facts play reads the commit it resolved to).
+            assert "KV need per prefill -> decode TP rank pair" in flat, flat[-3000:]
+            assert "KV need unknown" not in flat, flat[-3000:]
         if tag == "tools":
             assert "PROOF SKIPPED: tools and router venvs: inputs unchanged since" in flat, flat[-3000:]
         if tag == "sglang":
