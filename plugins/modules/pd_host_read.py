@@ -13,7 +13,7 @@ description:
     bytecode), and a re-run of a converged host is mostly such reads (docs/molecule.md, "No-op
     re-run").
   - Changes nothing, so it runs in check mode too. A command that fails is a result (its C(rc)), not a
-    failure of the task: the role judges it, as with C(failed_when: false).
+    failure of the task; the role judges it, as it judged a command task that never failed.
   - Runs under any Python the host has (only ansible.module_utils), like the builtin modules.
 options:
   commands:
@@ -21,7 +21,7 @@ options:
     type: dict
     default: {}
   files:
-    description: Files to read by name (small text files: pidfiles, manifests, records).
+    description: Files to read by name (small text files, such as pidfiles, manifests and records).
     type: dict
     default: {}
   stats:
