@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import random
 import re
@@ -34,6 +35,22 @@ def ansible_env() -> dict[str, str]:
     env["ANSIBLE_NOCOLOR"] = "1"
     env["ANSIBLE_FORCE_COLOR"] = "0"
     return env
+
+
+def run_module(module: str, args: dict, *flags: str) -> dict:
+    """One `ansible localhost -m MODULE` run under the host's own Python (/usr/bin/python3, as a lab
+    host runs modules); its result, with `failed` and the `output` (rc 0 unless it failed)."""
+    ansible = Path(sys.executable).parent / "ansible"
+    cmd = [str(ansible), "localhost", "-c", "local", "-i", "localhost,", "-m", module,
+           "-e", "ansible_python_interpreter=/usr/bin/python3",
+           "-a", json.dumps(args), "--one-line", *flags]  # fmt: skip
+    done = subprocess.run(
+        cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False
+    )
+    # One line: `localhost | SUCCESS => {...}` (CHANGED, FAILED! likewise).
+    line = next(line for line in done.stdout.splitlines() if line.startswith("localhost | "))
+    status, result = line.split(" => ", 1)
+    return json.loads(result) | {"failed": "FAILED" in status, "output": done.stdout}
 
 
 def run_playbook(playbook: str | Path, inventory: str | Path, *args: str, timeout: int = 900):

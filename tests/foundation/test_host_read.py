@@ -9,27 +9,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from pd_testlib import ROOT, ansible_env
-
-
-def run_module(module: str, args: dict, *flags: str) -> dict:
-    """One `ansible localhost -m MODULE` run under /usr/bin/python3; its result."""
-    ansible = Path(sys.executable).parent / "ansible"
-    cmd = [str(ansible), "localhost", "-c", "local", "-i", "localhost,", "-m", module,
-           "-e", "ansible_python_interpreter=/usr/bin/python3",
-           "-a", json.dumps(args), "--one-line", *flags]  # fmt: skip
-    done = subprocess.run(
-        cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False
-    )
-    line = next(line for line in done.stdout.splitlines() if line.startswith("localhost | "))
-    status, result = line.split(" => ", 1)
-    return json.loads(result) | {"failed": "FAILED" in status}
+from pd_testlib import run_module
 
 
 def test_commands_files_stats_hashes_and_listings_in_one_run(tmp_path: Path) -> None:

@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
-from pd_testlib import ROOT, ansible_env
+from pd_testlib import run_module as run_ansible_module
 
 
 def run_module(args: dict, *flags: str) -> dict:
-    """One `ansible localhost -m pd_config_files` run; its result (rc must be 0 unless it failed)."""
-    ansible = Path(sys.executable).parent / "ansible"
-    # The host's own Python, as on a lab host (the module needs nothing beyond ansible.module_utils).
-    cmd = [str(ansible), "localhost", "-c", "local", "-i", "localhost,", "-m", "pd_config_files",
-           "-e", "ansible_python_interpreter=/usr/bin/python3",
-           "-a", json.dumps(args), "--one-line", *flags]  # fmt: skip
-    done = subprocess.run(
-        cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False
-    )
-    # One line: `localhost | SUCCESS => {...}` (CHANGED, FAILED! likewise).
-    line = next(line for line in done.stdout.splitlines() if line.startswith("localhost | "))
-    status, result = line.split(" => ", 1)
-    return json.loads(result) | {"failed": "FAILED" in status, "output": done.stdout}
+    """One pd_config_files run (the module needs nothing beyond ansible.module_utils)."""
+    return run_ansible_module("pd_config_files", args, *flags)
 
 
 def mode(path: Path) -> int:
