@@ -129,6 +129,10 @@ accepted:
   description: The history entry written, or null.
   returned: success
   type: dict
+report:
+  description: The report as written to report.json (the controller writes its copy from it, without a fetch).
+  returned: success, not in check mode
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -243,6 +247,7 @@ def main() -> None:
         accepted=entry,
         figures=report["figures"],
         targets=report["targets"],
+        report=report,
     )
 
 

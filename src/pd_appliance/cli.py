@@ -70,12 +70,18 @@ class RunSummary:
 RELEASE_TASK = "Show the release"
 # The start of the line a skipped proof prints (pd_appliance.proofs); the summary lists the rest.
 SKIP = proofs.SKIP_PREFIX + ": "
-# The task of roles/validation/tasks/report.yml that fetches each report to the controller (a loop).
+# The tasks of roles/validation/tasks/report.yml that put each report on the controller: the copy
+# written from the module's result (its stdout names the paths), or the fetch when that could not run.
+REPORT_COPY_TASK = "Write the report on the controller and draw its plot"
 REPORT_FETCH_TASK = "Fetch the report to the controller"
+REPORT_TASKS = (REPORT_COPY_TASK, REPORT_FETCH_TASK)
 
 
 def _fetched_reports(res: dict[str, Any]) -> list[str]:
-    """The report.json files a fetch loop's result names (each item's `dest`)."""
+    """The report.json files a copy's stdout or a fetch loop's result names (each item's `dest`)."""
+    if res.get("rc") == 0 and str(res.get("stdout", "")).startswith("{"):
+        written = json.loads(res["stdout"]).get("json")
+        return [str(written)] if written else []
     items = res.get("results") or [res]
     return [
         str(i["dest"])
@@ -104,7 +110,7 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
             msg = (data.get("res") or {}).get("msg")
             if msg:
                 summary.releases[str(data.get("host"))] = str(msg)
-        elif kind == "runner_on_ok" and str(data.get("task", "")).endswith(REPORT_FETCH_TASK):
+        elif kind == "runner_on_ok" and str(data.get("task", "")).endswith(REPORT_TASKS):
             host = str(data.get("host"))
             fetched = [(host, r) for r in _fetched_reports(data.get("res") or {})]
             summary.reports += [r for r in fetched if r not in summary.reports]

@@ -99,6 +99,30 @@ def test_plot_missing_matplotlib_keeps_json_and_markdown(
     assert "matplotlib is missing" in Path(paths["markdown"]).read_text()
 
 
+def test_controller_copy_is_the_hosts_report_with_the_plot_drawn_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """roles/validation: the host writes the report without matplotlib and returns it; `pd-bench copy`
+    on the controller writes the same JSON and Markdown from that result, and draws the plot."""
+    import io
+
+    from pd_appliance.bench import cli
+
+    report = build_report([variant("deployed", 20, 30)], "deployed", THRESHOLDS, metadata=META)
+    host = write_report(report, tmp_path / "host", plot=False)
+    result = json.loads(json.dumps(report))  # what the module's result carries to the controller
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(result)))
+    assert cli.main(["copy", str(tmp_path / "controller")]) == 0
+    paths = json.loads(capsys.readouterr().out)
+    assert Path(paths["json"]).read_text() == Path(host["json"]).read_text()
+    assert Path(paths["markdown"]).read_text() == Path(host["markdown"]).read_text()
+    _assert_plot_is_drawn(Path(paths["png"]))
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(result)))
+    assert cli.main(["copy", str(tmp_path / "unplotted"), "--no-plot"]) == 0
+    assert json.loads(capsys.readouterr().out)["png"] is None
+    assert not (tmp_path / "unplotted" / "report.png").exists()
+
+
 def test_select_fastest_ignores_probe_failures_and_erroring_variants() -> None:
     runs = [
         variant("deployed", 10, 40),

@@ -95,6 +95,25 @@ def test_summary_leaves_out_reports_this_run_did_not_fetch(tmp_path: Path):
     assert "node1: validation PASS" in cli.render_summary(fetched, run_dir)
 
 
+def test_summary_reads_the_report_the_controller_copy_wrote(tmp_path: Path):
+    """roles/validation writes the controller's copy from pd_bench_report's result (no fetch): the
+    copy command's stdout names report.json, and the summary shows that report's gates."""
+    report = tmp_path / "validation" / "node1" / "report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(
+        json.dumps({"passed": True, "gates": [{"name": "g", "measured": 2, "limit": 1, "passed": True}]})
+    )
+    paths = {"json": str(report), "markdown": str(report.with_suffix(".md")), "png": None}
+    task = "validation : " + cli.REPORT_COPY_TASK
+    copied = {"event": "runner_on_ok", "event_data": {"host": "node1", "task": task,
+              "res": {"rc": 0, "stdout": json.dumps(paths)}}}  # fmt: skip
+    failed_copy = {"event": "runner_on_ok", "event_data": {"host": "node2", "task": task,
+                   "res": {"rc": 1, "stdout": "", "stderr": "No module named pd_appliance"}}}  # fmt: skip
+    summary = cli.summarize_events([*events(), copied, failed_copy])
+    assert summary.reports == [("node1", str(report))]
+    assert "node1: validation PASS" in cli.render_summary(summary, tmp_path / "run")
+
+
 def test_scrub_secrets_redacts_tokens(tmp_path: Path):
     run = tmp_path / "artifacts" / "run"
     run.mkdir(parents=True)

@@ -6,6 +6,7 @@
     pd-bench report run.json [more variants...] --threshold 1=40 --threshold 16=130 \
         --target 1=210 --target 16=1000 --check-decode-concurrency --out-dir report/
     pd-bench plot report/report.json
+    pd-bench copy artifacts/validation/node1 < report.json   # the controller's copy, plotted
 
 `run` exits 2 when the correctness probe fails and 1 when a level's error rate exceeds
 --max-error-rate (default 0: any failed request); `report` exits 1 when a gate fails (after the
@@ -30,6 +31,7 @@ from pd_appliance.bench.report import (
     build_report,
     render_plot,
     select_fastest,
+    write_copy,
     write_report,
 )
 from pd_appliance.bench.runner import ProbeSpec, measure_sync, plan_from_lists
@@ -152,6 +154,12 @@ def _parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw report.png next to a report.json")
     plot.add_argument("report")
     plot.add_argument("--out", help="PNG path (default: report.png beside the JSON)")
+
+    copy = sub.add_parser(
+        "copy", help="write a report read from stdin (JSON) into a directory, with its plot; print the paths"
+    )
+    copy.add_argument("out_dir")
+    copy.add_argument("--no-plot", dest="plot", action="store_false", help="write no report.png")
     return parser
 
 
@@ -255,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "copy":
+            print(json.dumps(write_copy(json.load(sys.stdin), args.out_dir, plot=args.plot)))
+            return 0
         report_path = Path(args.report)
         render_plot(
             json.loads(report_path.read_text(encoding="utf-8")),

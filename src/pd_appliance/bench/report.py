@@ -628,6 +628,36 @@ def write_report(
     }
 
 
+def write_copy(
+    report: dict[str, Any], out_dir: str | os.PathLike[str], plot: bool = True
+) -> dict[str, str | None]:
+    """The controller's copy of a host's report: report.json and report.md as the host wrote them,
+    and report.png drawn here.
+
+    The report arrives in pd_bench_report's result, so the controller needs no fetch (a module run
+    per re-run); the host's tools venv has no matplotlib, the controller's has. Without matplotlib
+    the copy has no plot and says why in `plot_note` of the paths returned.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / "report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
+    _atomic_write(out / "report.md", render_markdown(report))
+    for name in ("report.json", "report.md"):  # as a fetch left them: nothing secret in a report
+        (out / name).chmod(0o644)
+    paths: dict[str, str | None] = {
+        "json": str(out / "report.json"),
+        "markdown": str(out / "report.md"),
+        "png": None,
+    }
+    if not plot:
+        return paths
+    try:
+        render_plot(report, out / "report.png")
+    except ImportError as exc:
+        return {**paths, "plot_note": f"not drawn on the controller: {exc}"}
+    return {**paths, "png": str(out / "report.png")}
+
+
 def accept(report: Mapping[str, Any], history_path: str | os.PathLike[str]) -> dict[str, Any]:
     """Record a passed report as the new baseline for regression checks."""
     if not report["passed"]:
