@@ -13,7 +13,7 @@ except ImportError:  # pragma: no cover - depends on how ansible-playbook was in
 
 from ansible.errors import AnsibleFilterError
 
-from pd_appliance.serving import commands, pinning, runtime_env, supervisor_format, topology, wait
+from pd_appliance.serving import commands, pinning, plan, runtime_env, supervisor_format, topology, wait
 
 
 def _wrap(function: Any) -> Any:
@@ -83,4 +83,5 @@ class FilterModule:
             "pd_serving_caches_outside": _wrap(runtime_env.caches_outside),
             "pd_serving_release_caches": _wrap(runtime_env.release_caches),
             "pd_serving_wait_args": _wrap(wait.wait_arguments),
+            "pd_serving_program_specs": _wrap(plan.program_specs),
         }

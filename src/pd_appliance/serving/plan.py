@@ -1,0 +1,193 @@
+"""The serving planner: every supervisor program of a host, as data (argv, env, priority, notes).
+
+The serving role hands the planner its variables once (roles/serving/tasks/validate.yml, filter
+pd_serving_program_specs); the templates only format what it returns (program.conf.j2). Changing
+how a worker or the router is launched is a change here and in tests/serving/test_plan.py, not in a
+Jinja program: this replaced templates/program_spec.j2, whose evaluation cost the play about a
+second per run.
+
+Inputs (`PlanInputs`, from the role's variables):
+- the programs of this host: its instances by name (pd_appliance.serving.topology's published form),
+  their GPU bindings (pd_appliance.serving.pinning.gpu_binding) and, on a router host, every instance
+  of the deployment;
+- the engine and router command lines' settings (pd_appliance.serving.commands);
+- the env-hook layers, merged left to right (pd_appliance.serving.supervisor_format.merge_env);
+- supervisor's settings per kind of program and where logs and env files live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pd_appliance.serving import commands
+from pd_appliance.serving.supervisor_format import merge_env
+
+ROUTER = "router"
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """supervisor's start and stop settings for one kind of program."""
+
+    priority: int
+    startsecs: int
+    stopwaitsecs: int
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What the serving role knows about this host's programs (see the module doc)."""
+
+    env_dir: str
+    log_dir: str
+    launcher: Sequence[str]
+    instances: Mapping[str, Mapping[str, Any]]
+    bindings: Mapping[str, Mapping[str, Any]]
+    health_urls: Mapping[str, str]
+    engine_command: Sequence[str]
+    worker_settings: Mapping[str, Any]
+    cuda_graph_max_bs: Mapping[str, Any]
+    extra_args: Mapping[str, Sequence[str]]
+    numactl_path: str
+    numa_binding: bool
+    require_api_key: bool
+    worker: Supervision
+    router: Supervision
+    # Env-hook layers by name: defaults_common, common, defaults_workers, defaults_router, router,
+    # host, and per worker role: role_only[role], user[role].
+    env: Mapping[str, Any]
+    all_instances: Sequence[Mapping[str, Any]] = ()
+    router_command: Sequence[str] = ()
+    router_settings: Mapping[str, Any] = field(default_factory=dict)
+    worker_health_path: str = "/health"
+    router_wait_timeout_s: Any = 0  # as the inventory spells it (the launcher parses it)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> PlanInputs:
+        """From the role's dict of variables (plain JSON-able values)."""
+        values = dict(raw)
+        for kind in ("worker", "router"):
+            s = values[kind]
+            values[kind] = Supervision(int(s["priority"]), int(s["startsecs"]), int(s["stopwaitsecs"]))
+        values["numa_binding"] = bool(values["numa_binding"])
+        values["require_api_key"] = bool(values["require_api_key"])
+        return cls(**values)
+
+
+def program_specs(names: Sequence[str], raw: Mapping[str, Any] | PlanInputs) -> dict[str, dict[str, Any]]:
+    """Each named program's spec (a worker instance's name, or `router`), in the order given."""
+    inputs = raw if isinstance(raw, PlanInputs) else PlanInputs.from_mapping(raw)
+    return {name: program_spec(name, inputs) for name in names}
+
+
+def program_spec(name: str, p: PlanInputs) -> dict[str, Any]:
+    """One program: argv, environment, env file, log, health URL, supervisor settings and notes."""
+    env_file = f"{p.env_dir}/{name}.env"
+    spec = _router_spec(p, env_file) if name == ROUTER else _worker_spec(name, p, env_file)
+    return {**spec, "name": name, "env_file": env_file, "log": f"{p.log_dir}/{name}.log"}
+
+
+def _router_spec(p: PlanInputs, env_file: str) -> dict[str, Any]:
+    prefills = [i for i in p.all_instances if i["role"] == "prefill"]
+    decodes = [i for i in p.all_instances if i["role"] == "decode"]
+    engine = commands.router_argv(
+        p.router_command, {**p.router_settings, "prefill": prefills, "decode": decodes}
+    )
+    # smg starts only once every worker answers its health URL (the launcher's --wait-for).
+    launcher = [*p.launcher, f"--env-file={env_file}", "--secret-arg=--api-key=SERVING_ROUTER_API_KEY"]
+    launcher += [f"--wait-for={i['url']}{p.worker_health_path}" for i in prefills + decodes]
+    env = p.env
+    return {
+        "priority": p.router.priority,
+        "startsecs": p.router.startsecs,
+        "stopwaitsecs": p.router.stopwaitsecs,
+        "health_url": p.health_urls[ROUTER],
+        "argv": [*launcher, f"--wait-timeout-s={p.router_wait_timeout_s}", "--", *engine],
+        "environment": merge_env(
+            env["defaults_common"], env["common"], env["defaults_router"], env["router"], env["host"]
+        ),
+        "notes": [
+            f"smg PD router: prefill {' '.join(i['url'] for i in prefills)}, "
+            f"decode {' '.join(i['url'] for i in decodes)}",
+            "starts smg only after every worker health URL answers 2xx (--wait-for)",
+        ],
+    }
+
+
+def _worker_spec(name: str, p: PlanInputs, env_file: str) -> dict[str, Any]:
+    inst = p.instances[name]
+    role = inst["role"]
+    binding = p.bindings[name]
+    settings = {
+        **p.worker_settings,
+        "tp_size": inst["tp_size"],
+        "port": inst["port"],
+        "bootstrap_port": inst["bootstrap_port"],
+        "cuda_graph_max_bs": p.cuda_graph_max_bs[role],
+        "extra_args": [*p.extra_args[role], *inst["extra_args"]],
+    }
+    engine = commands.sglang_argv(p.engine_command, role, settings)
+    numactl = [p.numactl_path, *binding["numactl_args"], "--"] if binding["numactl_args"] else []
+    launcher = [*p.launcher, f"--env-file={env_file}"]
+    if p.require_api_key:
+        launcher.append("--secret-arg=--api-key=SERVING_ROUTER_API_KEY")
+    env = p.env
+    environment = merge_env(
+        env["defaults_common"],
+        env["common"],
+        env["defaults_workers"],
+        env["role_only"][role],
+        env["user"][role],
+        env["host"],
+        inst["env"],
+        {"CUDA_VISIBLE_DEVICES": binding["cuda_visible_devices"]},
+    )
+    return {
+        "priority": p.worker.priority,
+        "startsecs": p.worker.startsecs,
+        "stopwaitsecs": p.worker.stopwaitsecs,
+        "health_url": p.health_urls[name],
+        "gpus": binding["cuda_visible_devices"],
+        "numa_nodes": binding["numa_nodes"],
+        "role": role,
+        "argv": [*launcher, "--", *(numactl if p.numa_binding and numactl else []), *engine],
+        "environment": environment,
+        "notes": _worker_notes(inst, binding, numactl, p.numa_binding),
+    }
+
+
+def _worker_notes(
+    inst: Mapping[str, Any], binding: Mapping[str, Any], numactl: list[str], numa_binding: bool
+) -> list[str]:
+    """What the section's comments say about the instance, its GPUs and its NUMA binding."""
+    bootstrap = f", bootstrap port {inst['bootstrap_port']}" if inst["bootstrap_port"] else ""
+    simulated = bool(binding.get("simulated"))
+    nodes = ",".join(map(str, binding["numa_nodes"]))
+    notes = [
+        f"{inst['role']} instance, TP{inst['tp_size']}, port {inst['port']}{bootstrap} (serving_instances)",
+        f"GPUs {binding['cuda_visible_devices']} (CUDA_VISIBLE_DEVICES)"
+        + (" [simulated GPUs]" if simulated else ""),
+    ]
+    if numactl and numa_binding and simulated:
+        bound = ",".join(map(str, binding["bind_numa_nodes"]))
+        notes.append(
+            f"STAND-IN: the simulated GPUs report NUMA node(s) {nodes}; bound to this machine's node(s) "
+            f"{bound}: {' '.join(numactl)} (CPU and memory binding)"
+        )
+    elif numactl and numa_binding:
+        notes.append(f"NUMA node(s) {nodes}: {' '.join(numactl)} (CPU and memory binding)")
+    elif numactl:
+        notes.append(f"no NUMA binding (serving_numa_binding is false); NUMA node(s) {nodes}")
+    elif simulated and not binding["gpus_without_numa_node"]:
+        notes.append(
+            "STAND-IN: no NUMA binding: this machine reports no NUMA node for the simulated GPUs' node(s) "
+            f"{nodes}"
+        )
+    else:
+        unknown = ",".join(map(str, binding["gpus_without_numa_node"]))
+        notes.append(f"no NUMA binding: the facts give no NUMA node for GPUs {unknown}")
+    if binding.get("spans_numa_nodes"):
+        notes.append(f"WARNING: these GPUs span NUMA nodes {nodes}; pick GPUs of one node for local memory")
+    return notes

@@ -1,0 +1,128 @@
+"""pd_appliance.serving.plan: each program's argv, environment and notes from the role's variables.
+
+tests/serving/test_lab_render.py renders the whole role for the lab layouts; these check the planner
+alone, branch by branch: the launcher before numactl before the engine, the env layers' order, the
+NUMA notes, and the router's wait for every worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_pinning_and_commands import SETTINGS
+
+from pd_appliance.serving import pinning
+from pd_appliance.serving.commands import CommandError
+from pd_appliance.serving.plan import program_specs
+
+LAUNCHER = ["/opt/tools/bin/python", "-m", "pd_appliance.serving.launch"]
+FACTS = [{"index": i, "numa_node": i // 4} for i in range(8)]
+
+
+def instance(name: str, role: str, gpus: list[int], port: int, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "role": role, "gpus": gpus, "tp_size": len(gpus), "port": port,
+            "bootstrap_port": 8998 if role == "prefill" else None, "env": {}, "extra_args": [],
+            "url": f"http://10.0.0.5:{port}", "host": "node1", **extra}  # fmt: skip
+
+
+def inputs(
+    instances: list[dict[str, Any]], facts: list[dict[str, Any]] = FACTS, **over: Any
+) -> dict[str, Any]:
+    bindings = {i["name"]: pinning.gpu_binding(i["gpus"], facts) for i in instances}
+    return {
+        "env_dir": "/etc/pd/env", "log_dir": "/var/log/pd", "launcher": LAUNCHER,
+        "instances": {i["name"]: i for i in instances}, "bindings": bindings,
+        "health_urls": {**{i["name"]: f"http://127.0.0.1:{i['port']}/health" for i in instances},
+                        "router": "http://127.0.0.1:8000/readiness"},
+        "engine_command": ["/opt/sglang/bin/python", "-m", "sglang.launch_server"],
+        "worker_settings": dict(SETTINGS, extra_args=[]),
+        "cuda_graph_max_bs": {"prefill": None, "decode": 32},
+        "extra_args": {"prefill": [], "decode": [["--decode-log-interval", "40"]], "router": []},
+        "numactl_path": "/usr/bin/numactl", "numa_binding": True, "require_api_key": False,
+        "worker": {"priority": 100, "startsecs": 30, "stopwaitsecs": "60"},
+        "router": {"priority": 200, "startsecs": 5, "stopwaitsecs": 30},
+        "env": {"defaults_common": {"A": "defaults"}, "common": {"A": "common", "B": "common"},
+                "defaults_workers": {"W": "workers"}, "defaults_router": {"R": "router-default"},
+                "router": {"R": "router"}, "host": {"B": "host"},
+                "role_only": {"prefill": {}, "decode": {"SGLANG_SM120_FLASHMLA_BACKEND": "triton"}},
+                "user": {"prefill": {}, "decode": {"W": "decode-user"}}},
+        "all_instances": instances, "router_command": ["/opt/router/bin/smg", "launch"],
+        "router_settings": {"host": "127.0.0.1", "port": 8000, "policy": "round_robin"},
+        "worker_health_path": "/health", "router_wait_timeout_s": 1800, **over,
+    }  # fmt: skip
+
+
+LAB = [instance("prefill", "prefill", [0, 1, 2, 3], 30000), instance("decode", "decode", [4, 5, 6, 7], 30001)]
+
+
+def test_a_worker_is_launcher_then_numactl_then_the_engine_with_its_layers_in_order() -> None:
+    decode = program_specs(["decode"], inputs(LAB))["decode"]
+    argv = decode["argv"]
+    assert argv[: len(LAUNCHER) + 2] == [*LAUNCHER, "--env-file=/etc/pd/env/decode.env", "--"]
+    assert argv[len(LAUNCHER) + 2 : len(LAUNCHER) + 6] == [
+        "/usr/bin/numactl", "--cpunodebind=1", "--membind=1", "--"
+    ]  # fmt: skip
+    engine = argv[len(LAUNCHER) + 6 :]
+    assert engine[:3] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
+    assert engine[engine.index("--cuda-graph-max-bs-decode") + 1] == "32"
+    assert engine[-2:] == ["--decode-log-interval", "40"]
+    # common over its defaults, the host over common, the role's own switch, the user's decode hook
+    # over the workers' defaults, and the pinning last.
+    assert decode["environment"] == {
+        "A": "common", "B": "host", "W": "decode-user", "SGLANG_SM120_FLASHMLA_BACKEND": "triton",
+        "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+    }  # fmt: skip
+    assert (decode["priority"], decode["startsecs"], decode["stopwaitsecs"]) == (100, 30, 60)
+    assert decode["log"] == "/var/log/pd/decode.log" and decode["health_url"].endswith(":30001/health")
+    assert decode["notes"] == [
+        "decode instance, TP4, port 30001 (serving_instances)",
+        "GPUs 4,5,6,7 (CUDA_VISIBLE_DEVICES)",
+        "NUMA node(s) 1: /usr/bin/numactl --cpunodebind=1 --membind=1 -- (CPU and memory binding)",
+    ]
+
+
+def test_numa_notes_say_why_a_worker_is_not_bound() -> None:
+    unbound = program_specs(["prefill"], inputs(LAB, numa_binding=False))["prefill"]
+    assert "/usr/bin/numactl" not in unbound["argv"]
+    assert unbound["notes"][2:] == ["no NUMA binding (serving_numa_binding is false); NUMA node(s) 0"]
+    assert unbound["notes"][0] == "prefill instance, TP4, port 30000, bootstrap port 8998 (serving_instances)"
+    no_node = program_specs(["prefill"], inputs(LAB, facts=[{"index": i, "numa_node": -1} for i in range(8)]))
+    assert no_node["prefill"]["notes"][-1] == "no NUMA binding: the facts give no NUMA node for GPUs 0,1,2,3"
+    spanning = [instance("prefill", "prefill", [2, 3, 4, 5], 30000)]
+    notes = program_specs(["prefill"], inputs(spanning))["prefill"]["notes"]
+    assert notes[-1] == "WARNING: these GPUs span NUMA nodes 0,1; pick GPUs of one node for local memory"
+
+
+def test_a_worker_takes_the_router_key_only_when_workers_require_it() -> None:
+    open_ = program_specs(["prefill"], inputs(LAB))["prefill"]["argv"]
+    keyed = program_specs(["prefill"], inputs(LAB, require_api_key=True))["prefill"]["argv"]
+    secret = "--secret-arg=--api-key=SERVING_ROUTER_API_KEY"
+    assert secret not in open_ and keyed.index(secret) < keyed.index("--")
+
+
+def test_the_router_waits_for_every_worker_of_the_deployment_and_reads_its_key_from_the_env_file() -> None:
+    second = instance("decode-1", "decode", [4, 5], 30002, url="http://10.0.0.6:30002", host="node2")
+    router = program_specs(["router"], inputs([*LAB, second]))["router"]
+    argv = router["argv"]
+    assert argv[len(LAUNCHER) : argv.index("--")] == [
+        "--env-file=/etc/pd/env/router.env", "--secret-arg=--api-key=SERVING_ROUTER_API_KEY",
+        "--wait-for=http://10.0.0.5:30000/health", "--wait-for=http://10.0.0.5:30001/health",
+        "--wait-for=http://10.0.0.6:30002/health", "--wait-timeout-s=1800",
+    ]  # fmt: skip
+    assert argv[argv.index("--") + 1 : argv.index("--") + 4] == [
+        "/opt/router/bin/smg",
+        "launch",
+        "--pd-disaggregation",
+    ]
+    assert router["environment"] == {"A": "common", "B": "host", "R": "router"}
+    assert router["notes"][0] == (
+        "smg PD router: prefill http://10.0.0.5:30000, decode http://10.0.0.5:30001 http://10.0.0.6:30002"
+    )
+    assert "gpus" not in router and router["priority"] == 200
+
+
+def test_a_bad_setting_is_the_commands_refusal() -> None:
+    bad = inputs(LAB, worker_settings=dict(SETTINGS, extra_args=[], speculative={"algorithm": "NEXTN"}))
+    with pytest.raises(CommandError, match="EAGLE"):
+        program_specs(["prefill"], bad)
