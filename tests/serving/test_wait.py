@@ -86,3 +86,26 @@ def test_a_program_without_its_url_and_log_is_refused(capsys: pytest.CaptureFixt
             ["--serverurl=unix:///x", "--program=pd:a", "--url=u", "--log=l", "--program=pd:b", "--url=v"]
         )
     assert exc.value.code == 2 and "once for each --program" in capsys.readouterr().err
+
+
+def test_apply_then_wait_in_one_process_reports_both_and_fails_with_the_wait(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """monitoring applies its group and waits for it with one command (`apply --wait`): the applied
+    actions and every program's wait are in the one JSON, and a program that does not come up fails
+    the command although the apply itself succeeded."""
+    from pd_appliance.serving import apply
+
+    applied = {"changed": True, "actions": {"monitor:prometheus": "added"}}
+    monkeypatch.setattr(apply, "connect", lambda url: object())
+    monkeypatch.setattr(apply, "apply", lambda server, group, restart, log: dict(applied))
+    monkeypatch.setattr(wait, "probe", lambda url, timeout_s: {"status": 200})
+    argv = wait.wait_arguments("prometheus", {"prometheus": "http://p/-/ready"}, "/logs", "", "monitor")
+    for state, rc_wanted in (("RUNNING", 0), ("FATAL", 1)):
+        server = FakeSupervisor({"monitor:prometheus": state})
+        monkeypatch.setattr(wait, "connect", lambda url, server=server: server)
+        rc = apply.main(["--serverurl=unix:///x", "--group=monitor", "--wait", "--timeout-s=1", *argv])
+        out = json.loads(capsys.readouterr().out)
+        assert rc == rc_wanted, out
+        assert out["actions"] == applied["actions"] and out["wait"]["ok"] is (rc_wanted == 0)
+        assert server.asked and set(server.asked) == {"monitor:prometheus"}

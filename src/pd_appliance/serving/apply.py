@@ -1,11 +1,14 @@
 """Apply rendered supervisor config: restart exactly the programs whose config changed.
 
     python -m pd_appliance.serving.apply --serverurl unix:///run/pd-appliance/supervisor.sock \
-        [--group pd] [--restart decode ...]
+        [--group pd] [--restart decode ...] [--wait --program monitor:x --url ... --log ...]
 
 `--restart` names programs to restart although their section did not change (their env file
 did: secrets live there, not in the section). Workers are applied before the router (priority
 order). Prints one JSON object: {"changed": bool, "actions": {"pd:decode": "restarted", ...}}.
+With --wait, the rest of the arguments go to pd_appliance.serving.wait (same --serverurl), run once
+the group is applied, in the same process (a play's module run less); its result is "wait" and its
+exit status this one's.
 """
 
 from __future__ import annotations
@@ -108,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--serverurl", required=True)
     p.add_argument("--group", default="pd")
     p.add_argument("--restart", nargs="*", default=[])
+    p.add_argument("--wait", nargs=argparse.REMAINDER, default=None,
+                   help="then wait: pd_appliance.serving.wait's arguments, without --serverurl")  # fmt: skip
     args = p.parse_args(argv)
     server = connect(args.serverurl)
     try:
@@ -117,8 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dumps({"changed": False, "failed": True, "msg": f"supervisord at {args.serverurl}: {exc}"})
         )
         return 1
+    rc = 0
+    if args.wait is not None:
+        from pd_appliance.serving import wait  # imports this module
+
+        rc, result["wait"] = wait.run(["--serverurl", args.serverurl, *args.wait])
     print(json.dumps(result))
-    return 0
+    return rc
 
 
 if __name__ == "__main__":

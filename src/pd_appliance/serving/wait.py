@@ -123,7 +123,8 @@ def wait_arguments(
             f"--startup-record={record}"]  # fmt: skip
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
+    """Parse the arguments, wait for each program in order; the exit status and the JSON result."""
     parser = argparse.ArgumentParser(
         prog="python -m pd_appliance.serving.wait", description=__doc__.split("\n")[0]
     )
@@ -148,8 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not results[-1]["ok"]:
             break
     ok = all(result["ok"] for result in results)
-    print(json.dumps({"ok": ok, "programs": results}))
-    return 0 if ok else 1
+    return (0 if ok else 1), {"ok": ok, "programs": results}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    rc, result = run(argv)
+    print(json.dumps(result))
+    return rc
 
 
 if __name__ == "__main__":
