@@ -47,9 +47,16 @@ def pd_pci_gpu_count(lines: list[str]) -> int:
     return preflight.pci_gpu_count(devices)
 
 
-def pd_argument_errors(result: dict[str, Any], role: str) -> list[str]:
-    """Turn a validate_argument_spec result into messages that name the role whose variable is bad."""
-    return [f"role {role}: {err}" for err in result.get("argument_errors", [])]
+def pd_argument_errors(result: dict[str, Any], role: str | None = None) -> list[str]:
+    """Turn a validate_argument_spec result into messages that name the role whose variable is bad
+    (a loop item's result names its role as `item`)."""
+    name = role if role is not None else result.get("item")
+    return [f"role {name}: {err}" for err in result.get("argument_errors", [])]
+
+
+def pd_roles_with(roles: list[str], roles_dir: str, relative: str) -> list[str]:
+    """The roles that ship that file (defaults/main.yml, meta/argument_specs.yml), in order."""
+    return [role for role in roles if (Path(roles_dir) / role / relative).is_file()]
 
 
 def pd_spec_for_inventory(options: dict[str, Any], names_with_defaults: list[str]) -> dict[str, Any]:
@@ -138,6 +145,7 @@ class FilterModule:
             "pd_preflight_os_errors": pd_preflight_os_errors,
             "pd_pci_gpu_count": pd_pci_gpu_count,
             "pd_argument_errors": pd_argument_errors,
+            "pd_roles_with": pd_roles_with,
             "pd_is_example_address": pd_is_example_address,
             "pd_spec_for_inventory": pd_spec_for_inventory,
             "pd_preflight_address_errors": pd_preflight_address_errors,

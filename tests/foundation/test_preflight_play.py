@@ -49,6 +49,11 @@ CASES = {
         {"serving_decode_port": "thirty-thousand"},
         "serving_decode_port",
     ),
+    # Checked by preflight against the role's own argument spec, before that role runs.
+    "wrong_type_of_a_later_role": (
+        {"serving_worker_startsecs": "soon", "nixl_check_size_mib": "lots"},
+        "- 'role serving: argument ''serving_worker_startsecs'' is of type str",
+    ),
     "instances_overlap_and_share_a_port": (
         {
             "serving_instances": [
