@@ -1,4 +1,5 @@
-"""Tuning-variant filters: thin wrappers over pd_appliance.bench.variants (check, apply, record)."""
+"""Tuning filters: thin wrappers over pd_appliance.bench.variants (check, apply, record) and
+pd_appliance.bench.search (the declared search's stages, budget and kept configurations)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ except ImportError:  # pragma: no cover - depends on how ansible-playbook was in
 
 from ansible.errors import AnsibleFilterError
 
-from pd_appliance.bench import variants
+from pd_appliance.bench import search, variants
 
 
 def _effective(base: Any, variant: Any) -> dict[str, Any]:
@@ -42,6 +43,22 @@ def _record(variant: Any, details: Any = None) -> dict[str, Any]:
     return variants.record(variant or {}, **dict(details or {}))
 
 
+def _search_start(declared: Any, variant_list: Any, budget_s: Any, started: Any) -> dict[str, Any]:
+    try:
+        return search.start(declared or [], variant_list or [], float(budget_s or 0), float(started))
+    except search.SearchError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def _search_end_stage(state: Any, stage: Any, measurements: Any, selection: Any) -> dict[str, Any]:
+    """selection: concurrency, floors, max_error_rate, concurrency_levels (choose.yml's objective)."""
+    s = dict(selection)
+    floors = {int(k): float(v) for k, v in (s.get("floors") or {}).items()}
+    return search.end_stage(state, stage, measurements or [], int(s["concurrency"]), floors,
+                            float(s.get("max_error_rate") or 0.0),
+                            [int(c) for c in s.get("concurrency_levels") or []])  # fmt: skip
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -54,4 +71,10 @@ class FilterModule:
             "pd_variant_extra_var_conflicts": variants.overridden_by_extra_vars,
             "pd_variant_record": _record,
             "pd_variant_from_record": _from_record,
+            "pd_search_errors": search.search_errors,
+            "pd_search_start": _search_start,
+            "pd_search_begin_stage": search.begin_stage,
+            "pd_search_budget": search.budget_check,
+            "pd_search_record": search.record_candidate,
+            "pd_search_end_stage": _search_end_stage,
         }

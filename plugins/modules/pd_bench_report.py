@@ -96,6 +96,13 @@ options:
         I(metadata.gpus)). Empty = no roofline. Never fails the report; an error is reported.
     type: dict
     default: {}
+  search:
+    description:
+      - >-
+        The tuner's declared search as it ran (pd_appliance.bench.search state): the report keeps its
+        stages, what each kept, and every configuration not measured with why. Empty = no search.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -192,6 +199,7 @@ def main() -> None:
             "engine_startup": {"type": "dict", "default": {}},
             "engine_startup_here": {"type": "dict", "default": {}},
             "roofline": {"type": "dict", "default": {}},
+            "search": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -233,6 +241,10 @@ def main() -> None:
         module.fail_json(msg=f"pd_bench_report: {err}")
     if p["roofline"].get("model_dir"):
         report["roofline"] = _roofline(report, p["roofline"])
+    if p["search"]:
+        from pd_appliance.bench.search import summary
+
+        report["search"] = summary(p["search"])
     if module.check_mode:
         module.exit_json(changed=False, passed=report["passed"], failure_message=report["failure_message"],
                          gates=report["gates"], paths={}, accepted=None)  # fmt: skip

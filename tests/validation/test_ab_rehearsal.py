@@ -1,8 +1,10 @@
 """The tuner in rehearsal: real supervisord, smg and rehearsal engine, driven by the real roles.
 
-serve.yml deploys the lab layout; validate.yml with validation_tune measures the deployed
-configuration and four candidates, three of them with different speeds (the rehearsal engine's
-per-token time set per variant by its PD_SIM_TPOT_MS env hook):
+serve.yml deploys the lab layout; validate.yml with validation_tune runs a declared search
+(validation_tune_search): stage "decode" measures three candidates over the deployed configuration
+and keeps the best; stage "speculation" measures MTP over it (composed: decode-fast+mtp-on-slow).
+The candidates' speeds differ through the rehearsal engine's per-token time (its PD_SIM_TPOT_MS env
+hook):
 
 - decode-fast: decode at 5 ms/token (an env hook: only pd:decode restarts);
 - mtp-nextn: MTP spelt NEXTN (launch flags through serving_*_extra_args), as many DeepSeek guides
@@ -10,7 +12,8 @@ per-token time set per variant by its PD_SIM_TPOT_MS env hook):
   checks the algorithm before NEXTN is aliased to EAGLE; pd_standins.engine.model_checks), so both
   workers crash-loop. The tuner rules it out with their log tails, puts decode-fast (what served
   before it) back, re-verifies it and goes on; the release record is not marked failed;
-- mtp-on-slow: speculative decoding on (off as shipped; a launch flag: prefill and decode restart) at 14 ms;
+- mtp-on-slow: speculative decoding on (off as shipped; a launch flag: prefill and decode restart) at
+  14 ms: over decode-fast, its env hook wins (decode at 14 ms);
 - decode-capped: the fastest per token (2 ms) but --max-running-requests 6 (serving_max_running_requests),
   so the decode worker never runs 16 requests at once: its C=16 figure is not a C=16 figure, and
   the decode-concurrency check (sglang:num_running_reqs on decode's /metrics) rules it out.
@@ -56,6 +59,11 @@ CANDIDATES = [
     {"name": "decode-capped", "description": "2 ms/token, at most 6 running requests",
      "vars": {"serving_max_running_requests": 6}, "env_hooks": {"decode": {"PD_SIM_TPOT_MS": "2"}}},
 ]  # fmt: skip
+SEARCH = [
+    {"name": "decode", "variants": ["decode-fast", "mtp-nextn", "decode-capped"], "keep": 1},
+    {"name": "speculation", "variants": ["mtp-on-slow"]},
+]
+COMPOSED = "decode-fast+mtp-on-slow"
 
 
 def uptimes(config: Path) -> dict[str, str]:
@@ -102,6 +110,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         extra = common | {
             "validation_tune": True,
             "validation_variants": CANDIDATES,
+            "validation_tune_search": SEARCH,
             "validation_artifacts_dir": str(tmp_path / "artifacts"),
             "validation_num_requests": [4, 32],
             "validation_output_len": 64,
@@ -113,7 +122,17 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert validated.returncode == 0, validated.stdout[-4000:]
         report = json.loads((tmp_path / "artifacts" / "report.json").read_text())
         assert report["passed"] and report["selected_variant"] == "decode-fast"
-        assert [v["variant"] for v in report["variants"]] == ["deployed"] + [c["name"] for c in CANDIDATES]
+        measured = ["deployed", "decode-fast", "mtp-nextn", "decode-capped", COMPOSED]
+        assert [v["variant"] for v in report["variants"]] == measured
+        assert [(s["stage"], s["kept"]) for s in report["search"]["stages"]] == [
+            ("decode", ["decode-fast"]), ("speculation", ["decode-fast"])
+        ]  # fmt: skip
+        skipped = {s["variant"]: s["reason"] for s in report["search"]["skipped"]}
+        # Stage speculation builds only on what stage decode kept; each base it dropped is named.
+        assert skipped == {
+            f"{base}+{{mtp-on-slow}}": f"{base} was not among the best 1 of stage decode"
+            for base in ("deployed", "mtp-nextn", "decode-capped")
+        }
         assert all(v["input_len_unit"] == "tokens" for v in report["variants"] if v["phases"])
         c16 = {
             v["variant"]: next(p for p in v["phases"] if p["concurrency"] == 16)
@@ -121,7 +140,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
             if v["phases"]
         }
         tok_s = {name: phase["output_tok_s"] for name, phase in c16.items()}
-        assert tok_s["decode-fast"] > tok_s["deployed"] > tok_s["mtp-on-slow"]
+        assert tok_s["decode-fast"] > tok_s["deployed"] > tok_s[COMPOSED]
         peaks = {name: phase["decode_running"]["peak"] for name, phase in c16.items()}
         assert peaks["decode-capped"] == 6 and peaks["decode-fast"] == 16
         ranking = {r["variant"]: r for r in report["selection"]["ranking"]}
@@ -129,7 +148,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert ranking["decode-capped"]["eligible"] is False
         assert any("decode ran at most 6 requests at once" in r for r in ranking["decode-capped"]["reasons"])
         probes = {v["variant"]: v["probe"]["passed"] for v in report["variants"]}
-        assert ranking["deployed"]["eligible"] and probes["mtp-on-slow"] and probes["decode-fast"]
+        assert ranking["deployed"]["eligible"] and probes[COMPOSED] and probes["decode-fast"]
         # The candidate that never came up: ruled out with its programs' log tails (SGLang's own
         # AssertionError), what served before it put back and re-verified, the next one measured.
         nextn = next(v for v in report["variants"] if v["variant"] == "mtp-nextn")
@@ -149,7 +168,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert "pd:prefill" in blamed and "pd:router" not in blamed
         assert refusal in blamed["pd:prefill"]["log_tail"]
         assert ranking["mtp-nextn"]["eligible"] is False
-        assert c16["mtp-on-slow"]["requests"] == 32
+        assert c16[COMPOSED]["requests"] == 32
         put_back = " ".join(validated.stdout.split())
         assert "Candidate mtp-nextn ruled out, it did not come up" in put_back
         assert "Put back decode-fast: re-verified" in put_back
@@ -158,6 +177,7 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert report["final_probe"]["passed"] is True
         markdown = (tmp_path / "artifacts" / "report.md").read_text()
         assert "## Variants side by side" in markdown and "6 of 16" in markdown
+        assert f"| speculation | {COMPOSED} | decode-fast (best 1) |" in markdown
         assert "## Candidates ruled out (never came up)" in markdown and refusal in markdown
         assert (tmp_path / "artifacts" / "report.png").stat().st_size > 0
 
@@ -179,6 +199,24 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert "serves the adopted variant 'decode-fast'" in " ".join(again.stdout.split()).replace("''", "'")
         assert uptimes(config) == after
         assert (conf_d / "decode.conf").read_text() == decode_conf
+
+        # A budget no candidate fits (validation_tune_budget_s): the search measures none, names each
+        # with the reason, and what runs stays running untouched.
+        budget = common | {
+            "validation_tune": True, "validation_variants": CANDIDATES, "validation_tune_search": SEARCH,
+            "validation_tune_budget_s": 1, "validation_artifacts_dir": str(tmp_path / "budget"),
+            "validation_output_len": 64,
+        }  # fmt: skip
+        spent = run_playbook("playbooks/validate.yml", rehearsal_inventory_copy, "-e", json.dumps(budget))
+        assert spent.returncode == 0, spent.stdout[-3000:]
+        budget_report = json.loads((tmp_path / "budget" / "report.json").read_text())
+        assert [v["variant"] for v in budget_report["variants"]] == ["deployed"]
+        reasons = {s["variant"]: s["reason"] for s in budget_report["search"]["skipped"]}
+        assert set(reasons) == {"decode-fast", "mtp-nextn", "decode-capped", "mtp-on-slow"}
+        assert all(
+            r.startswith("validation_tune_budget_s: ") and "of 1 s spent" in r for r in reasons.values()
+        )
+        assert uptimes(config) == after
 
         # A decode capped below 16 running requests fails validation, saying so (the adopted variant stays).
         capped = common | {"serving_max_running_requests": 6}

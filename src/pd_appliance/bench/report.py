@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pd_appliance
-from pd_appliance.bench import SCHEMA_VERSION, engine_choices, gates, history, roofline
+from pd_appliance.bench import SCHEMA_VERSION, engine_choices, gates, history, roofline, search
 
 
 class ReportError(ValueError):
@@ -390,6 +390,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 "",
             ]
         lines += side_by_side(report)
+    lines += search.markdown(report.get("search"))
     lines += ruled_out(report)
     lines += [
         "",

@@ -45,6 +45,9 @@ RESERVED = frozenset(
 # (appliance_defaults) goes here.
 EXTRA_NAMES: frozenset[str] = frozenset()
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# The tuner's search names a composed candidate base+variant (pd_appliance.bench.search): each part
+# a declared name. A declared variant cannot contain "+".
+COMPOSED_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\+[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 DEPLOYED = "deployed"
 
 
@@ -56,18 +59,23 @@ def env_variable(key: str) -> str:
     return f"serving_env_{key}"
 
 
-def variant_errors(variant: Any, where: str, known: Iterable[str] | None = None) -> list[str]:
+def variant_errors(
+    variant: Any, where: str, known: Iterable[str] | None = None, composed: bool = True
+) -> list[str]:
     """Everything wrong with one variant, each naming `where` (the variable or file it came from).
 
     `known` is the set of variable names the serving and appliance_defaults roles declare (their
-    argument specs); a name outside it is a typo that would silently change nothing.
+    argument specs); a name outside it is a typo that would silently change nothing. With
+    `composed`, a name the search composed (base+variant) passes: the serving role checks the
+    candidate it is given; a declared list (variants_errors) does not allow "+".
     """
     if not isinstance(variant, Mapping):
         return [f"{where}: a variant is a mapping with name, description, vars, env_hooks; got {variant!r}"]
     name = variant.get("name")
     label = f"{where} variant {name!r}"
     errors: list[str] = []
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    pattern = COMPOSED_NAME_RE if composed else NAME_RE
+    if not isinstance(name, str) or not pattern.match(name):
         errors.append(
             f"{label}: name must be letters, digits, '.', '_' or '-' (it names the variant in reports)"
         )
@@ -108,7 +116,7 @@ def variants_errors(variants: Any, where: str, known: Iterable[str] | None = Non
     """variant_errors for a list, plus unique names."""
     if not isinstance(variants, Sequence) or isinstance(variants, (str, bytes)):
         return [f"{where} must be a list of variants, got {variants!r}"]
-    errors = [e for v in variants for e in variant_errors(v, where, known)]
+    errors = [e for v in variants for e in variant_errors(v, where, known, composed=False)]
     names = [v.get("name") for v in variants if isinstance(v, Mapping)]
     repeated = sorted({str(n) for n in names if names.count(n) > 1})
     if repeated:
