@@ -50,13 +50,16 @@ def _search_start(declared: Any, variant_list: Any, budget_s: Any, started: Any)
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def _search_end_stage(state: Any, stage: Any, measurements: Any, selection: Any) -> dict[str, Any]:
-    """selection: concurrency, floors, max_error_rate, concurrency_levels (choose.yml's objective)."""
-    s = dict(selection)
-    floors = {int(k): float(v) for k, v in (s.get("floors") or {}).items()}
-    return search.end_stage(state, stage, measurements or [], int(s["concurrency"]), floors,
-                            float(s.get("max_error_rate") or 0.0),
-                            [int(c) for c in s.get("concurrency_levels") or []])  # fmt: skip
+def _search_end_stage(state: Any, stage: Any, measurements: Any, objective: Any) -> dict[str, Any]:
+    """objective: choose.yml's (concurrency, floors, max_error_rate, concurrency_levels)."""
+    o = dict(objective)
+    typed = {
+        "concurrency": int(o["concurrency"]),
+        "floors": {int(k): float(v) for k, v in (o.get("floors") or {}).items()},
+        "max_error_rate": float(o.get("max_error_rate") or 0.0),
+        "concurrency_levels": [int(c) for c in o.get("concurrency_levels") or []],
+    }
+    return search.end_stage(state, stage, measurements or [], typed)
 
 
 class FilterModule:

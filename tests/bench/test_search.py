@@ -134,7 +134,7 @@ def test_a_whole_search_keeps_the_best_two_then_one_and_stops_at_the_budget() ->
             clock += 150
             state = search.record_candidate(state, candidate["name"], 150)
             runs.append(measured(candidate["name"], figures[candidate["name"]]))
-        state = search.end_stage(state, stage, runs, 16)
+        state = search.end_stage(state, stage, runs, {"concurrency": 16})
     assert [h["kept"] for h in state["history"]] == [
         ["pd-1p2-3d2", "deployed"],
         ["pd-1p2-3d2+mtp-1"],
@@ -156,7 +156,8 @@ def test_the_report_says_what_each_stage_kept_and_what_was_not_measured() -> Non
     state = search.begin_stage(state, SEARCH[0] | {"keep": 2}, VARIANTS)
     state = search.record_candidate(state, "pd-1p2-3d2", 310.0)
     state = search.record_candidate(state, "pd-2p2-2d2", 0, "validation_tune_budget_s: spent", "topology")
-    state = search.end_stage(state, SEARCH[0], [measured("deployed", 400), measured("pd-1p2-3d2", 500)], 16)
+    runs = [measured("deployed", 400), measured("pd-1p2-3d2", 500)]
+    state = search.end_stage(state, SEARCH[0], runs, {"concurrency": 16})
     lines = "\n".join(search.markdown(search.summary(state)))
     assert "within validation_tune_budget_s = 3600 s; candidates took 310 s" in lines
     assert "| topology | pd-1p2-3d2, pd-2p2-2d2 | pd-1p2-3d2, deployed (best 2) |" in lines
@@ -173,3 +174,29 @@ def test_a_composed_name_is_a_candidate_name_but_not_a_declared_one() -> None:
     assert variants.variant_errors(composed, "serving_variant") == []
     declared = variants.variants_errors([{"name": "a+b"}], "validation_variants")
     assert declared and "name must be letters" in declared[0]
+
+
+def test_the_labs_declared_search_names_its_candidates_and_covers_the_published_layouts() -> None:
+    """inventory/lab: topology first (the TP2 layouts beside the deployed TP4 pair), MTP over the best
+    two, then the decode backends and the PCIe all-reduce settings over the best one."""
+    from pathlib import Path
+
+    import yaml
+
+    lab = yaml.safe_load(
+        (Path(__file__).parents[2] / "inventory/lab/group_vars/all/validation.yml").read_text()
+    )
+    declared, variants = lab["validation_tune_search"], lab["validation_variants"]
+    assert search.search_errors(declared, [v["name"] for v in variants]) == []
+    assert [s["name"] for s in declared] == ["topology", "speculation", "backend"]
+    assert search.not_searched(declared, variants) == []  # every shipped candidate is in a stage
+    layouts = {
+        v["name"]: v["vars"]["serving_instances"]
+        for v in variants
+        if "serving_instances" in v.get("vars", {})
+    }
+    assert (
+        sorted((i["role"], i["tp_size"]) for i in layouts["pd-2p2-2d2"])
+        == [("decode", 2)] * 2 + [("prefill", 2)] * 2
+    )
+    assert [i["role"] for i in layouts["pd-1p2-3d2"]].count("decode") == 3

@@ -202,18 +202,37 @@ def test_every_lab_variant_renders_command_lines_sglangs_parser_accepts(
 ) -> None:
     variants = {v["name"]: v for v in lab_variants()}
     commands = _workers(*(variant_hosts / name for name in variants))
-    assert len(commands) == 2 * len(variants)
+    # A topology candidate renders its serving_instances; the others the lab's prefill and decode.
+    workers = {
+        name: len(v.get("vars", {}).get("serving_instances") or [None, None]) for name, v in variants.items()
+    }
+    assert len(commands) == sum(workers.values())
     for label, verdict in check_rendered(real, commands).items():
         assert verdict.ok, f"SGLang {SGLANG_VERSION} refuses {commands[label].label()}: {verdict.message}"
     deployed = _workers(lab)["root/decode"].argv
     # Each candidate's overrides reach the command line or the environment, and nothing else changes.
-    decode = {name: commands[f"{name}/decode"].argv for name in variants}
+    decode = {name: commands[f"{name}/decode"].argv for name in variants if f"{name}/decode" in commands}
     # MTP is off as shipped (roles/serving/defaults/main.yml); the mtp-N candidates turn it on.
     assert "--speculative-algorithm" not in deployed and "--speculative-algorithm" in decode["mtp-1"]
     assert decode["mtp-1"][decode["mtp-1"].index("--speculative-num-steps") + 1] == "1"
     assert decode["mtp-3"][decode["mtp-3"].index("--speculative-num-draft-tokens") + 1] == "4"
     graphs = decode["decode-cuda-graph-bs-16"]
     assert graphs[graphs.index("--cuda-graph-max-bs-decode") + 1] == "16"
-    env = {name: (variant_hosts / name / CONF_D / "decode.conf").read_text() for name in variants}
+    env = {name: (variant_hosts / name / CONF_D / "decode.conf").read_text() for name in decode}
     assert 'SGLANG_SM120_FLASHMLA_BACKEND="pd_splitkv"' in env["decode-attn-pd-splitkv"]
     assert 'SGLANG_OPT_SM120_DIRECT_SWA_KV="1"' in env["direct-swa-kv"]
+    # The topology candidates: TP2 engines on the GPUs their serving_instances name.
+    tp = {
+        k.split("/")[1]: c.argv[c.argv.index("--tp-size") + 1]
+        for k, c in commands.items()
+        if k.startswith("pd-2p2")
+    }
+    assert tp == {"prefill-0": "2", "prefill-1": "2", "decode-0": "2", "decode-1": "2"}
+    assert sorted(k for k in commands if k.startswith("pd-1p2-3d2/")) == [
+        "pd-1p2-3d2/decode-0", "pd-1p2-3d2/decode-1", "pd-1p2-3d2/decode-2", "pd-1p2-3d2/prefill"
+    ]  # fmt: skip
+    dp = decode["decode-dp-attention"]
+    assert dp[dp.index("--attn-dp-size") + 1] == "4" and "--attn-dp-size" not in deployed
+    assert "--disable-custom-all-reduce" in decode["no-custom-all-reduce"]
+    assert "--disable-custom-all-reduce" in commands["no-custom-all-reduce/prefill"].argv
+    assert 'NCCL_P2P_DISABLE="1"' in env["nccl-p2p-off"]

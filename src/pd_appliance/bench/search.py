@@ -251,19 +251,16 @@ def end_stage(
     state: Mapping[str, Any],
     stage: Mapping[str, Any],
     measurements: Sequence[Mapping[str, Any]],
-    concurrency: int,
-    floors: Mapping[int, float] | None = None,
-    max_error_rate: float = 0.0,
-    concurrency_levels: Sequence[int] = (),
+    objective: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Keep the stage's best: among what was kept before and this stage's measured candidates, by
-    the declared objective (select_fastest). Nothing eligible keeps what was kept before."""
+    the declared objective (select_fastest's keyword arguments: concurrency, floors, max_error_rate,
+    concurrency_levels). Nothing eligible keeps what was kept before."""
     from pd_appliance.bench.report import select_fastest  # the report renders the search (markdown)
 
     pool = {c.get("name", DEPLOYED): c for c in state["kept"]}
     pool.update({c["name"]: c for c in state["candidates"] if c["name"] in state["measured"]})
-    ranking = select_fastest([m for m in measurements if m.get("variant") in pool], concurrency, floors,
-                             max_error_rate, concurrency_levels)["ranking"]  # fmt: skip
+    ranking = select_fastest([m for m in measurements if m.get("variant") in pool], **objective)["ranking"]
     definitions = {name: ({} if name == DEPLOYED else dict(c)) for name, c in pool.items()}
     kept = keep_best(ranking, definitions, int(stage["keep"])) or list(state["kept"])
     out = dict(state)
