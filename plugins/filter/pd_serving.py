@@ -84,4 +84,8 @@ class FilterModule:
             "pd_serving_release_caches": _wrap(runtime_env.release_caches),
             "pd_serving_wait_args": _wrap(wait.wait_arguments),
             "pd_serving_program_specs": _wrap(plan.program_specs),
+            "pd_serving_worker_base_urls": _wrap(plan.worker_base_urls),
+            "pd_serving_health_urls": _wrap(plan.health_urls),
+            "pd_serving_dial_targets": _wrap(plan.dial_targets),
+            "pd_serving_release_programs": _wrap(plan.release_programs),
         }

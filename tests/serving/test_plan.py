@@ -126,3 +126,23 @@ def test_a_bad_setting_is_the_commands_refusal() -> None:
     bad = inputs(LAB, worker_settings=dict(SETTINGS, extra_args=[], speculative={"algorithm": "NEXTN"}))
     with pytest.raises(CommandError, match="EAGLE"):
         program_specs(["prefill"], bad)
+
+
+def test_health_urls_dial_targets_and_release_programs_of_a_host() -> None:
+    from pd_appliance.serving import plan
+
+    urls = plan.health_urls(LAB, "10.0.0.5", "/health", "http://127.0.0.1:8000/readiness")
+    assert urls == {"router": "http://127.0.0.1:8000/readiness", "prefill": "http://10.0.0.5:30000/health",
+                    "decode": "http://10.0.0.5:30001/health"}  # fmt: skip
+    assert plan.worker_base_urls(LAB, "fd00::5") == {"prefill": "http://[fd00::5]:30000",
+                                                     "decode": "http://[fd00::5]:30001"}  # fmt: skip
+    assert plan.dial_targets(LAB) == [
+        "pd:prefill@node1=10.0.0.5:30000",
+        "bootstrap of pd:prefill@node1=10.0.0.5:8998",
+        "pd:decode@node1=10.0.0.5:30001",
+    ]
+    specs = program_specs(["prefill", "router"], inputs(LAB))
+    assert plan.release_programs(specs) == {
+        "prefill": {"role": "prefill", "health_url": "http://127.0.0.1:30000/health"},
+        "router": {"role": "router", "health_url": "http://127.0.0.1:8000/readiness"},
+    }

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from pd_appliance.serving import commands
 from pd_appliance.serving.supervisor_format import merge_env
@@ -191,3 +192,39 @@ def _worker_notes(
     if binding.get("spans_numa_nodes"):
         notes.append(f"WARNING: these GPUs span NUMA nodes {nodes}; pick GPUs of one node for local memory")
     return notes
+
+
+def worker_base_urls(instances: Sequence[Mapping[str, Any]], probe_host: str) -> dict[str, str]:
+    """Where the play reaches each instance of this host: at `probe_host` (what the workers bind, or
+    what the router dials when they bind every address), so its checks take the router's path."""
+    return {str(inst["name"]): commands.worker_url(probe_host, inst["port"]) for inst in instances}
+
+
+def health_urls(
+    instances: Sequence[Mapping[str, Any]], probe_host: str, worker_health_path: str, router_url: str
+) -> dict[str, str]:
+    """Each program's health URL by name: the router's readiness, every instance's health path."""
+    bases = worker_base_urls(instances, probe_host)
+    return {ROUTER: router_url, **{name: url + worker_health_path for name, url in bases.items()}}
+
+
+def dial_targets(all_instances: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What a router host must reach, as `label=host:port`: every instance, and every prefill's
+    bootstrap port (the KV handshake)."""
+    out = []
+    for inst in all_instances:
+        netloc = urlsplit(str(inst["url"]))
+        out.append(f"pd:{inst['name']}@{inst['host']}={netloc.netloc}")
+        if inst["role"] == "prefill":
+            out.append(
+                f"bootstrap of pd:{inst['name']}@{inst['host']}={netloc.hostname}:{inst['bootstrap_port']}"
+            )
+    return out
+
+
+def release_programs(programs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each program's role and health URL, for the release record and the rollout."""
+    return {
+        name: {"role": spec.get("role", name), "health_url": spec["health_url"]}
+        for name, spec in programs.items()
+    }
