@@ -47,11 +47,10 @@ def pd_pci_gpu_count(lines: list[str]) -> int:
     return preflight.pci_gpu_count(devices)
 
 
-def pd_argument_errors(result: dict[str, Any], role: str | None = None) -> list[str]:
-    """Turn a validate_argument_spec result into messages that name the role whose variable is bad
-    (a loop item's result names its role as `item`)."""
-    name = role if role is not None else result.get("item")
-    return [f"role {name}: {err}" for err in result.get("argument_errors", [])]
+def pd_argument_errors(result: dict[str, Any]) -> list[str]:
+    """Turn one item of the looped validate_argument_spec (its `item` is the role) into messages that
+    name the role whose variable is bad."""
+    return [f"role {result.get('item')}: {err}" for err in result.get("argument_errors", [])]
 
 
 def pd_roles_with(roles: list[str], roles_dir: str, relative: str) -> list[str]:
