@@ -3,6 +3,7 @@ pd_appliance.bench.search (the declared search's stages, budget and kept configu
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ except ImportError:  # pragma: no cover - depends on how ansible-playbook was in
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from pd_appliance.bench import search, variants
 
@@ -30,6 +32,24 @@ def _errors(variant: Any, where: str, known: Any = None) -> list[str]:
 
 def _list_errors(variant_list: Any, where: str, known: Any = None) -> list[str]:
     return variants.variants_errors(variant_list, where, known)
+
+
+def _argument_errors(variant_list: Any, spec: Any, where: str = "validation_variants") -> list[str]:
+    """Each candidate's `vars` checked against the options they set, as validate_argument_spec checks a
+    role's (ansible/plugins/action/validate_argument_spec.py: the same validator), in one task."""
+    errors: list[str] = []
+    # Plain data first: the validator deep-copies what it is given, and a lazy template container
+    # copies its whole variable context with it (seconds a call in a play).
+    variant_list = json.loads(json.dumps(list(variant_list or [])))
+    spec = json.loads(json.dumps(dict(spec or {})))
+    for variant in variant_list:
+        values = variant.get("vars") if isinstance(variant, dict) else None
+        if not isinstance(values, dict):
+            continue
+        subset = {name: option for name, option in (spec or {}).items() if name in values}
+        result = ArgumentSpecValidator(subset).validate(dict(values), validate_role_argument_spec=True)
+        errors += [f"{where}[{variant.get('name')}].vars: {message}" for message in result.error_messages]
+    return errors
 
 
 def _from_record(text: Any, path: str) -> dict[str, Any]:
@@ -69,6 +89,7 @@ class FilterModule:
         return {
             "pd_variant_errors": _errors,
             "pd_variants_errors": _list_errors,
+            "pd_variants_argument_errors": _argument_errors,
             "pd_variant_override_names": variants.override_names,
             "pd_variant_effective": _effective,
             "pd_variant_extra_var_conflicts": variants.overridden_by_extra_vars,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -156,3 +157,32 @@ def test_record_round_trip_and_a_damaged_record() -> None:
     }  # fmt: skip
     with pytest.raises(variants.VariantError, match=r"/f is not JSON .*remove it to serve the inventory"):
         variants.parse_record("{oops", "/f")
+
+
+def _variant_filters() -> dict:
+    path = Path(__file__).resolve().parents[2] / "plugins/filter/pd_variants.py"
+    spec = importlib.util.spec_from_file_location("pd_variants_filter", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
+def test_candidate_values_are_checked_against_the_serving_roles_argument_spec() -> None:
+    """The preflight's one-task check (roles/validation/tasks/preflight.yml) of every candidate's
+    values: a wrong type or an unknown choice is named with its candidate, a good one passes."""
+    root = Path(__file__).resolve().parents[2]
+    spec = {}
+    for role in ("appliance_defaults", "serving"):
+        specs = yaml.safe_load((root / "roles" / role / "meta/argument_specs.yml").read_text())
+        spec.update(specs["argument_specs"]["main"]["options"])
+    check = _variant_filters()["pd_variants_argument_errors"]
+    good = {"name": "bs-16", "vars": {"serving_decode_cuda_graph_max_bs": 16}}
+    bad_type = {"name": "bs-many", "vars": {"serving_decode_cuda_graph_max_bs": "many"}}
+    bad_layout = {"name": "no-gpus", "vars": {"serving_instances": [{"role": "decode", "gpus": "all"}]}}
+    assert check([good, {"name": "hooks-only", "env_hooks": {}}], spec) == []
+    errors = check([good, bad_type, bad_layout], spec)
+    named = {e.split(": ", 1)[0] for e in errors}
+    assert named == {"validation_variants[bs-many].vars", "validation_variants[no-gpus].vars"}, errors
+    assert "serving_decode_cuda_graph_max_bs" in errors[0]
+    assert "'all'" in errors[-1]
