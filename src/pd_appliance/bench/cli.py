@@ -34,8 +34,9 @@ from pd_appliance.bench.report import (
     write_copy,
     write_report,
 )
-from pd_appliance.bench.runner import ProbeSpec, measure_sync, plan_from_lists
-from pd_appliance.bench.workload import WorkloadError
+from pd_appliance.bench.workload import PROBE_API, PROBE_EXPECT, PROBE_PROMPT, WorkloadError
+
+# The runner (aiohttp, the client) is imported only by `run`: `copy` and `report` start faster.
 
 
 def _fraction(text: str) -> float:
@@ -105,9 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--tokenizer", help="tokenizer.json (or its directory) for exact input token counts")
     run.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     run.add_argument("--ready-timeout", type=float, default=0.0, help="wait this long for /readiness first")
-    run.add_argument("--probe-prompt", default=ProbeSpec.prompt)
-    run.add_argument("--probe-expect", default=ProbeSpec.expect)
-    run.add_argument("--probe-api", choices=["completions", "chat"], default=ProbeSpec.api)
+    run.add_argument("--probe-prompt", default=PROBE_PROMPT)
+    run.add_argument("--probe-expect", default=PROBE_EXPECT)
+    run.add_argument("--probe-api", choices=["completions", "chat"], default=PROBE_API)
     run.add_argument("--variant", default="deployed", help="name of this configuration in the report")
     run.add_argument(
         "--api-key-env", default="PD_BENCH_API_KEY", help="environment variable holding the API key"
@@ -196,6 +197,8 @@ def _print_summary(result: dict[str, Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pd_appliance.bench.runner import ProbeSpec, measure_sync, plan_from_lists
+
     plan = plan_from_lists(
         args.url,
         args.concurrency,

@@ -514,10 +514,10 @@ def render_plot(report: Mapping[str, Any], path: Path) -> None:
     its waves' p10 and p90; the variant left running is starred, the ones the tuner ruled out are
     hatched.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A Figure on the Agg canvas, not pyplot: no backend selection or figure manager to import.
+    from matplotlib import rcParams
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     variants = [m for m in report["variants"] if m.get("phases")] or list(report["variants"])
     levels = _levels(report)
@@ -529,10 +529,12 @@ def render_plot(report: Mapping[str, Any], path: Path) -> None:
         + ("\n(not eligible)" if out else "")
         for m, out in zip(variants, ineligible, strict=True)
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(max(12.0, 2.0 + 1.6 * len(variants) * 3), 4.8))
+    fig = Figure(figsize=(max(12.0, 2.0 + 1.6 * len(variants) * 3), 4.8))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 3)
     ax_tput, ax_tpot, ax_ttft = axes
     width = 0.8 / max(len(levels), 1)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = rcParams["axes.prop_cycle"].by_key()["color"]
     thresholds = {
         1 if k == "bs=1" else int(k.split("=")[1]): v for k, v in (report.get("thresholds") or {}).items()
     }
@@ -577,7 +579,6 @@ def render_plot(report: Mapping[str, Any], path: Path) -> None:
     fig.suptitle(f"{host} validation {verdict} (* = running: {report['selected_variant']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -17,6 +17,9 @@ from pd_appliance.bench.metrics import RequestRecord
 from pd_appliance.bench.steady import spread
 from pd_appliance.bench.workload import (
     CORPUS_FILE,
+    PROBE_API,
+    PROBE_EXPECT,
+    PROBE_PROMPT,
     TokenizerLike,
     Workload,
     WorkloadError,
@@ -29,9 +32,9 @@ from pd_appliance.bench.workload import (
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    prompt: str = "The capital of France is"
-    expect: str = "Paris"
-    api: str = "completions"
+    prompt: str = PROBE_PROMPT
+    expect: str = PROBE_EXPECT
+    api: str = PROBE_API
     max_tokens: int = 16
     timeout_s: float = 120.0
 

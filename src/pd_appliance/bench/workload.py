@@ -26,6 +26,13 @@ class TokenizerLike(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
 
+# The correctness probe's defaults (runner.ProbeSpec; the CLI's flags): a prompt any healthy model
+# completes with the expected word.
+PROBE_PROMPT = "The capital of France is"
+PROBE_EXPECT = "Paris"
+PROBE_API = "completions"
+
+
 class WorkloadError(ValueError):
     """A workload that cannot be run as given; the message names the setting to fix."""
 
