@@ -64,6 +64,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint -q
+	$(BIN)/mypy
 
 syntax: venv
 	$(BIN)/ansible-playbook --syntax-check site.yml -i inventory/rehearsal

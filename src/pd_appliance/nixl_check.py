@@ -371,7 +371,7 @@ class TargetProcess:
     def _recv(self, timeout_s: float) -> dict[str, Any]:
         if not self._conn.poll(timeout_s):
             raise TimeoutError(f"the target process did not answer within {timeout_s:.0f} s")
-        answer = self._conn.recv()
+        answer: dict[str, Any] = self._conn.recv()
         if "error" in answer:
             error = NoGpuMemoryError if answer.get("no_gpu_memory") else RuntimeError
             raise error(f"target process: {answer['error']}")
@@ -925,7 +925,7 @@ def read_links_under_load(gpus: list[int], load_s: float) -> list[LinkReading]:
     import torch
 
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         nvml: Any = pynvml
@@ -1150,7 +1150,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.link_check != "skip" and not args.host_memory and report.transfer is not None:
         t = report.transfer
         gpus = (
-            _gpu_list(args.link_gpus) if args.link_gpus is not None else sorted({t.src_device, t.dst_device})
+            _gpu_list(args.link_gpus)
+            if args.link_gpus is not None
+            else sorted({d for d in (t.src_device, t.dst_device) if d is not None})
         )
         try:
             apply_links(report, read_links_under_load(gpus, args.link_load_s), args.link_check)

@@ -59,8 +59,9 @@ class ProofRecord:
     version: int = RECORD_VERSION
 
     def to_json(self) -> str:
-        fields = {"name": self.name, "digest": self.digest, "proven_at": self.proven_at}
-        fields["version"] = self.version
+        fields = {
+            "name": self.name, "digest": self.digest, "proven_at": self.proven_at, "version": self.version,
+        }  # fmt: skip
         return json.dumps({**fields, "result": self.result}, sort_keys=True, indent=1, default=str) + "\n"
 
 

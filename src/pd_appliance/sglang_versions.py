@@ -46,9 +46,9 @@ def venv_site_packages(venv: Path) -> Path:
 
 def installed(site_packages: Path) -> dict[str, str]:
     """{canonical distribution name: version} of everything in `site_packages`."""
-    out = {}
+    out: dict[str, str] = {}
     for dist in metadata.distributions(path=[str(site_packages)]):
-        name = dist.metadata.get("Name")
+        name = dist.name
         if name:
             out[canonicalize_name(name)] = dist.version
     return out

@@ -44,7 +44,8 @@ def regression_figures(measurement: Mapping[str, Any]) -> dict[str, float]:
 def _phase(measurement: Mapping[str, Any], concurrency: int) -> Mapping[str, Any] | None:
     for phase in measurement.get("phases") or []:
         if int(phase["concurrency"]) == concurrency:
-            return phase
+            found: Mapping[str, Any] = phase
+            return found
     return None
 
 

@@ -116,7 +116,7 @@ def build_report(
     by_name = {m.get("variant"): m for m in measurements}
     if selected_variant not in by_name:
         raise ReportError(
-            f"selected variant {selected_variant!r} is not among the measured {sorted(by_name)}"
+            f"selected variant {selected_variant!r} is not among the measured {sorted(map(str, by_name))}"
         )
     selected = by_name[selected_variant]
     gate_list = gates.throughput_gates(selected, thresholds, max_error_rate)

@@ -21,7 +21,7 @@ CORPUS_FILE = "prompts.txt"
 class TokenizerLike(Protocol):
     """The part of a `tokenizers.Tokenizer` the prompt builder needs."""
 
-    def encode(self, text: str, add_special_tokens: bool = ...) -> Any: ...
+    def encode(self, text: str, *, add_special_tokens: bool = ...) -> Any: ...
 
     def decode(self, ids: list[int]) -> str: ...
 
@@ -96,7 +96,7 @@ def load_tokenizer(path: str | None, required: bool = True) -> TokenizerLike | N
             return None
         raise WorkloadError(f"tokenizer {file} does not exist: point --tokenizer at a tokenizer.json")
     try:
-        from tokenizers import Tokenizer  # type: ignore[import-not-found]
+        from tokenizers import Tokenizer
     except ImportError as exc:
         if not required:
             return None
@@ -104,7 +104,8 @@ def load_tokenizer(path: str | None, required: bool = True) -> TokenizerLike | N
             "a tokenizer was given but the 'tokenizers' package is missing: install it into this venv "
             "or drop the tokenizer to measure input length in characters"
         ) from exc
-    return Tokenizer.from_file(str(file))
+    tokenizer: TokenizerLike = Tokenizer.from_file(str(file))
+    return tokenizer
 
 
 @functools.lru_cache(maxsize=1)

@@ -99,7 +99,7 @@ class HubSource:
         The selected files are also kept in `self.files` for `fetch`.
         """
         from huggingface_hub.hf_api import RepoFile
-        from huggingface_hub.utils import filter_repo_objects
+        from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]  # lazily exported
 
         try:
             entries = [
@@ -134,7 +134,7 @@ class HubSource:
         """Bring `remote` at `commit` into `partial`, resuming from what `partial` already holds."""
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
         from huggingface_hub.file_download import http_get, xet_get
-        from huggingface_hub.utils import build_hf_headers
+        from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # lazily exported
         from huggingface_hub.utils._runtime import is_xet_available
 
         url = hf_hub_url(self.repo_id, remote.path, revision=commit, endpoint=self.endpoint)

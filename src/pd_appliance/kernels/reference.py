@@ -138,6 +138,6 @@ def random_indices(
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64 (0 when both are zero)."""
-    diff = (out.double().cpu() - ref.double().cpu()).norm().item()
-    norm = ref.double().cpu().norm().item()
+    diff = float((out.double().cpu() - ref.double().cpu()).norm().item())
+    norm = float(ref.double().cpu().norm().item())
     return diff / norm if norm > 0 else diff

@@ -13,6 +13,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -104,7 +105,9 @@ def compile_two_phase_kernels(
     }
 
 
-def _compile(arch: int, fn, constexprs: dict, num_warps: int, num_stages: int) -> KernelResources:
+def _compile(
+    arch: int, fn: Any, constexprs: dict[str, Any], num_warps: int, num_stages: int
+) -> KernelResources:
     signature = {}
     for name in fn.arg_names:
         if name in constexprs:

@@ -770,7 +770,7 @@ def sparse_mla_decode(
     idx1 = _flat_indices(indices, rows)
     topk1 = idx1.shape[1]
     has_extra = extra_k_cache is not None and extra_indices is not None
-    if has_extra:
+    if extra_k_cache is not None and extra_indices is not None:
         fp8_2, u8_2, bf16_2, ps2, pb2 = _cache_views(extra_k_cache)
         idx2 = _flat_indices(extra_indices, rows)
         topk2 = idx2.shape[1]
@@ -780,7 +780,7 @@ def sparse_mla_decode(
     sm_count = _sm_count(q.device)
 
     def tiles_of(block_n: int) -> int:
-        return triton.cdiv(topk1, block_n) + (triton.cdiv(topk2, block_n) if has_extra else 0)
+        return int(triton.cdiv(topk1, block_n) + (triton.cdiv(topk2, block_n) if has_extra else 0))
 
     if config is None:
         config = default_config(rows, num_heads, topk1, topk2 if has_extra else 0, sm_count)
@@ -792,11 +792,12 @@ def sparse_mla_decode(
                 f"config covers {config.tiles_per_split} tiles but the call has {total_tiles} tiles of "
                 f"{block_n} tokens: build it with two_phase_config(..., total_tiles={total_tiles})"
             )
-        return _two_phase(
+        two_phase: tuple[torch.Tensor, torch.Tensor] = _two_phase(
             config, q3, idx1, topk1, topk_length, fp8_1, u8_1, bf16_1, ps1, pb1,
             idx2, topk2, extra_topk_length if has_extra else None, fp8_2, u8_2, bf16_2, ps2, pb2,
             has_extra, attn_sink, softmax_scale, dot_tl, interpret, batch, s_q, num_heads,
         )  # fmt: skip
+        return two_phase
     if config.num_splits * config.tiles_per_split < total_tiles:
         raise ValueError(
             f"config covers {config.num_splits} x {config.tiles_per_split} tiles but the call has "

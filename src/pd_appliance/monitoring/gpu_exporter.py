@@ -283,9 +283,9 @@ class GpuCollector:
             ("corrected", NVML_MEMORY_ERROR_TYPE_CORRECTED),
             ("uncorrected", NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
         ):
-            for counter, counter_type in (("volatile", NVML_VOLATILE_ECC), ("aggregate", NVML_AGGREGATE_ECC)):
+            for ecc, counter_type in (("volatile", NVML_VOLATILE_ECC), ("aggregate", NVML_AGGREGATE_ECC)):
                 value = read(gpu, nvml.nvmlDeviceGetTotalEccErrors, handle, error_type, counter_type)
-                _put(f.ecc, [*labels, error, counter], value)
+                _put(f.ecc, [*labels, error, ecc], value)
         reasons = read(gpu, nvml.nvmlDeviceGetCurrentClocksEventReasons, handle)
         if reasons is not None:
             for reason, bit in CLOCKS_EVENT_REASONS.items():

@@ -335,7 +335,7 @@ def apply_series(
             _drop_bytecode(path)
         marker.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(marker, (json.dumps(new_marker, indent=2, sort_keys=True) + "\n").encode(), 0o644)
-    names = ", ".join(p.name for p in patches) or "no patches"
+    applied = ", ".join(p.name for p in patches) or "no patches"
     return SeriesResult(
         changed=True,
         action=action,
@@ -344,5 +344,5 @@ def apply_series(
         restored_files=sorted(restored),
         written_files=sorted(written),
         warnings=warnings,
-        msg=f"{package} {version}: {action} {names}; {len(written)} file(s) written",
+        msg=f"{package} {version}: {action} {applied}; {len(written)} file(s) written",
     )

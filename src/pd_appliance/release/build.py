@@ -15,7 +15,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from pd_appliance.patches.series import PatchError, load_series, sha256_hex
+from pd_appliance.patches.diff import PatchError
+from pd_appliance.patches.series import load_series, sha256_hex
 from pd_appliance.release.errors import ReleaseError
 
 BUILD_ID_LENGTH = 12

@@ -61,7 +61,7 @@ class ReleaseStore:
     def _load_state(self) -> dict[str, Any]:
         path = self.root / "state.json"
         try:
-            state = json.loads(path.read_text())
+            state: dict[str, Any] = json.loads(path.read_text())
         except FileNotFoundError:
             return {"current": None, "accepted": [], "releases": {}}
         except (OSError, json.JSONDecodeError) as exc:
@@ -192,7 +192,7 @@ class ReleaseStore:
         self._save()
 
     def _known(self, release_id: str) -> dict[str, Any]:
-        info = self.state["releases"].get(release_id)
+        info: dict[str, Any] | None = self.state["releases"].get(release_id)
         if info is None:
             raise ReleaseError(
                 f"release {release_id} is not recorded in {self.root}: nothing to accept or fail"

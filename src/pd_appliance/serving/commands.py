@@ -134,12 +134,12 @@ def _resilience(s: Mapping[str, Any]) -> dict[str, Any]:
     """
     grace = s.get("outage_grace_s")
     out: dict[str, Any] = {}
-    backoff = (
+    backoff: tuple[Any, Any, Any] = (
         s.get("retry_initial_backoff_ms"),
         s.get("retry_max_backoff_ms"),
         s.get("retry_backoff_multiplier"),
     )
-    jitter = s.get("retry_jitter_factor")
+    jitter: Any = s.get("retry_jitter_factor")
     if grace is not None:
         if float(grace) <= 0:
             raise CommandError(f"serving_router_worker_outage_grace_s must be positive, got {grace!r}")
@@ -163,7 +163,9 @@ def _resilience(s: Mapping[str, Any]) -> dict[str, Any]:
         raise CommandError(f"serving_router_retry_jitter_factor must be in [0, 1), got {jitter}")
     attempts = s.get("retry_max_retries")
     if attempts is None and grace is not None:
-        attempts = retry_attempts_for(float(grace), *(float(v) for v in backoff), float(jitter))
+        # With a grace, the check above has every backoff figure and the jitter set.
+        initial_ms, max_ms, multiplier = (float(v) for v in backoff)
+        attempts = retry_attempts_for(float(grace), initial_ms, max_ms, multiplier, float(jitter))
     threshold = s.get("health_failure_threshold")
     if threshold is None and grace is not None:
         threshold = health_failure_threshold_for(float(grace), float(s["health_check_interval_secs"]))

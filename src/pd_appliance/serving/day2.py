@@ -207,9 +207,9 @@ def diagnostics(
             data = redact_text(path.read_text(errors="replace"), secrets).encode()
             _add(tar, f"diagnostics/{name}", data)
             members.append(str(name))
-        for name, text in texts.items():
-            _add(tar, f"diagnostics/{name}", redact_text(text, secrets).encode())
-            members.append(name)
+        for text_name, text in texts.items():
+            _add(tar, f"diagnostics/{text_name}", redact_text(text, secrets).encode())
+            members.append(text_name)
     os.chmod(out, 0o600)
     return {"changed": True, "path": out, "files": members, "redacted_values": len(set(secrets))}
 

@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -134,7 +134,9 @@ def _probe(url: str, timeout_s: float) -> str | None:
         return str(getattr(exc, "reason", exc))
 
 
-def wait_for(urls: Sequence[str], timeout_s: float, interval_s: float = 1.0, log=print) -> None:
+def wait_for(
+    urls: Sequence[str], timeout_s: float, interval_s: float = 1.0, log: Callable[[str], None] = print
+) -> None:
     """Block until every URL answers 2xx; raise LaunchError naming the ones that never did."""
     pending = list(urls)
     deadline = time.monotonic() + timeout_s

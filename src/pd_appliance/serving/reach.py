@@ -36,7 +36,8 @@ def try_connect(host: str, port: int, timeout_s: float) -> str | None:
 
 
 def reach(targets: Iterable[tuple[str, str, int]], timeout_s: float) -> dict[str, Any]:
-    failed, reached = [], []
+    failed: list[dict[str, Any]] = []
+    reached: list[dict[str, Any]] = []
     for name, host, port in targets:
         error = try_connect(host, port, timeout_s)
         entry = {"name": name, "address": f"{host}:{port}"}

@@ -256,7 +256,7 @@ def log_lines(lines: Iterable[str], since: str | None = None) -> list[LogLine]:
         line = parse_line(raw)
         if line is None:
             continue
-        if not started and line.ts >= since:  # the format sorts as text
+        if not started and since is not None and line.ts >= since:  # the format sorts as text
             started = True
         if started:
             out.append(line)
@@ -351,9 +351,9 @@ def extract(lines: Sequence[LogLine]) -> dict[str, Any]:
                 break
     for key, values, what, flag in SLOW_VALUES:
         if server_args.get(key) in values:
-            line = f"server_args: {key}={server_args[key]!r}"
+            text = f"server_args: {key}={server_args[key]!r}"
             source = "srt/entrypoints/engine.py (resolved server_args)"
-            fallbacks[(what, line)] = {"name": what, "line": line, "flag": flag, "count": 1, "source": source}
+            fallbacks[(what, text)] = {"name": what, "line": text, "flag": flag, "count": 1, "source": source}
     choices = _choices(server_args, runtime)
     return {
         "choices": choices,

@@ -108,7 +108,7 @@ def default_instances(roles: Iterable[str], values: Mapping[str, Any]) -> list[d
 def program_names(raw: Sequence[Any]) -> list[str]:
     """The program name of each entry: its own `name`, else its role, numbered when the role repeats."""
     roles = [entry.get("role") if isinstance(entry, Mapping) else None for entry in raw]
-    counts = defaultdict(int)
+    counts: defaultdict[Any, int] = defaultdict(int)
     for role in roles:
         counts[role] += 1
     seen: dict[Any, int] = defaultdict(int)
@@ -252,7 +252,7 @@ def problems(
     errors: list[str] = []
     names = program_names(raw)
     labels = [
-        _Labels(i, names[i], PER_ROLE_VARIABLES.get(e.get("role")) if isinstance(e, Mapping) else None)
+        _Labels(i, names[i], PER_ROLE_VARIABLES.get(str(e.get("role"))) if isinstance(e, Mapping) else None)
         if per_role
         else _Labels(i, names[i])
         for i, e in enumerate(raw)

@@ -24,6 +24,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pd_appliance.sglang_args import derived, registry, rendered
 from pd_appliance.sglang_args.parser_venv import ParserVenvError, ParserVenvInputs, ensure_parser_venv
@@ -101,7 +102,7 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
-def _write(document: dict, output: str | None, default: str) -> int:
+def _write(document: dict[str, Any], output: str | None, default: str) -> int:
     path = Path(output) if output else CHECKOUT / default
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(derived.dumps(document))

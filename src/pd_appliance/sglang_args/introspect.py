@@ -217,7 +217,7 @@ class _StandInModule(types.ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         child = _StandInModule(f"{self.__name__}.{name}")
-        child.__path__ = []  # type: ignore[attr-defined]
+        child.__path__ = []
         setattr(self, name, child)
         return child
 
@@ -241,7 +241,7 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: Any) -> types.ModuleType:
         module = _StandInModule(spec.name)
-        module.__path__ = []  # type: ignore[attr-defined]
+        module.__path__ = []
         # transformers parses the version of an importable torchvision; the lab's torch 2.14 pairs with
         # 0.29, nothing here depends on the figure.
         module.__version__ = "0.29.0"  # type: ignore[attr-defined]
@@ -260,13 +260,13 @@ def report_gpu(capability: tuple[int, int], memory_mib: int, count: int, name: s
     import torch
 
     total = memory_mib * 2**20
-    torch.cuda.is_available = lambda: True  # type: ignore[assignment]
-    torch.cuda.is_initialized = lambda: True  # type: ignore[assignment]  # get_device_sm: no NVML path
-    torch.cuda.device_count = lambda: count  # type: ignore[assignment]
-    torch.cuda.get_device_capability = lambda device=None: capability  # type: ignore[assignment]
-    torch.cuda.get_device_name = lambda device=None: name  # type: ignore[assignment]
-    torch.cuda.mem_get_info = lambda device=None: (total, total)  # type: ignore[assignment]
-    torch.version.cuda = cuda  # type: ignore[assignment,misc]
+    torch.cuda.is_available = lambda: True
+    torch.cuda.is_initialized = lambda: True  # get_device_sm: no NVML path
+    torch.cuda.device_count = lambda: count
+    torch.cuda.get_device_capability = lambda device=None: capability
+    torch.cuda.get_device_name = lambda device=None: name
+    torch.cuda.mem_get_info = lambda device=None: (total, total)
+    torch.version.cuda = cuda
 
 
 # Where SGLang's DeepSeek-V4 model code puts each layer group (sglang/srt/models/deepseek_v4.py:

@@ -69,10 +69,13 @@ class RealSGLang:
         environment: SGLang reads some SGLANG_* variables once at import), on the GPU `gpu`
         ({capability, memory_mib, count, name, cuda}); see introspect.resolve_one."""
         request = {"argvs": [list(a) for a in argvs], "gpu": gpu, "env": dict(env or {})}
-        return self._ask("resolve", request)
+        answer: dict[str, Any] = self._ask("resolve", request)
+        return answer
 
     def flag_table(self) -> dict[str, Any]:
-        return self._ask("flags")
+        answer: dict[str, Any] = self._ask("flags")
+        return answer
 
     def environ_names(self) -> dict[str, Any]:
-        return self._ask("environ-names")
+        answer: dict[str, Any] = self._ask("environ-names")
+        return answer

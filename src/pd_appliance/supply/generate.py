@@ -37,7 +37,7 @@ def _reason(stderr: str) -> str:
 
 def compile_lock(
     lock_dir: Path, python: str, machine: str, glibc: str, exclude_newer: str, uv: str, command: str
-):
+) -> tuple[str | None, str | None]:
     """Run uv pip compile for one Python; (lock file name, None) or (None, reason)."""
     out = lock_dir / lock_name(python, machine)
     argv = [

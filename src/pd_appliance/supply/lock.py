@@ -118,7 +118,7 @@ def closure(entries: Mapping[str, LockEntry], roots: Iterable[str], stop: Iterab
     if missing:
         raise LockError(f"not in the lock: {', '.join(missing)}")
     seen: set[str] = set()
-    todo = [r for r in wanted if r not in stopped]
+    todo: list[str] = [r for r in wanted if r not in stopped]
     while todo:
         name = todo.pop()
         if name in seen:
