@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from sglang_testlib import ROOT, SGLANG_VERSION, find_sglang_wheel
 
+from lock_requirements import marker_environment, unmet_requirements, wheel_requirements
 from pd_appliance.supply import lock
 
 LOCK_DIR = ROOT / "files" / "locks" / f"sglang-{SGLANG_VERSION}"
@@ -58,9 +59,9 @@ def test_lock_honours_every_requires_dist_of_the_sglang_wheel(python: str, name:
     if wheel is None:
         pytest.skip("the sglang wheel is absent; fetch it with: make wheels")
     entries = lock.read_lock(LOCK_DIR / name)
-    requires = lock.wheel_requirements(wheel)
+    requires = wheel_requirements(wheel)
     assert len(requires) > 100, "read the wheel's METADATA"
-    problems = lock.unmet_requirements(entries, requires, lock.marker_environment(python))
+    problems = unmet_requirements(entries, requires, marker_environment(python))
     assert [str(p) for p in problems] == []
     # The release pins the appliance relies on (REFERENCE.md): a drift here means a new SGLang.
     assert entries["torch"].version == "2.14.1" and entries["flashinfer-python"].version == "0.7.2"
@@ -70,22 +71,22 @@ def test_lock_honours_every_requires_dist_of_the_sglang_wheel(python: str, name:
 @pytest.mark.parametrize(("python", "name"), LOCKS)
 def test_lock_honours_the_nixl_wheels(python: str, name: str) -> None:
     entries = lock.read_lock(LOCK_DIR / name)
-    env = lock.marker_environment(python)
-    cu13 = lock.wheel_requirements(_wheel("nixl_cu13-1.5.1-*.whl"))
+    env = marker_environment(python)
+    cu13 = wheel_requirements(_wheel("nixl_cu13-1.5.1-*.whl"))
     assert {r.split()[0] for r in cu13} == {"torch", "numpy"}
-    assert lock.unmet_requirements(entries, cu13, env) == []
-    shim = lock.wheel_requirements(_wheel("nixl-1.5.1-py3-none-any.whl"))
+    assert unmet_requirements(entries, cu13, env) == []
+    shim = wheel_requirements(_wheel("nixl-1.5.1-py3-none-any.whl"))
     # The shim asks for the CUDA 12 wheel too; the lock leaves it out on purpose, and says so.
-    problems = [str(p) for p in lock.unmet_requirements(entries, shim, env)]
+    problems = [str(p) for p in unmet_requirements(entries, shim, env)]
     assert problems == ["nixl-cu12==1.5.1: absent from the lock"]
-    assert lock.unmet_requirements(entries, shim, env, excluded=MANIFEST["excludes"]) == []
+    assert unmet_requirements(entries, shim, env, excluded=MANIFEST["excludes"]) == []
 
 
 def test_check_catches_a_broken_pin() -> None:
     entries = lock.read_lock(LOCK_DIR / LOCKS[0][1])
     entries["torch"].version = "2.13.0"
     del entries["xgrammar"]
-    problems = lock.unmet_requirements(entries, ["torch==2.14.1", "xgrammar==0.2.7", "numpy"], {})
+    problems = unmet_requirements(entries, ["torch==2.14.1", "xgrammar==0.2.7", "numpy"], {})
     assert [str(p) for p in problems] == [
         "torch==2.14.1: locked at 2.13.0",
         "xgrammar==0.2.7: absent from the lock",
@@ -99,10 +100,10 @@ def test_marker_and_extra_requirements_apply_only_where_they_should() -> None:
         'diffusers==0.37.0; extra == "diffusion"',
         'numpy<2; python_version < "3.11"',
     ]
-    py312, py310 = lock.marker_environment("3.12"), lock.marker_environment("3.10")
-    assert lock.unmet_requirements(entries, reqs, py312) == []
-    assert [p.requirement for p in lock.unmet_requirements(entries, reqs, py310)] == [reqs[2]]
-    assert len(lock.unmet_requirements(entries, reqs, py312, extras=["diffusion"])) == 1
+    py312, py310 = marker_environment("3.12"), marker_environment("3.10")
+    assert unmet_requirements(entries, reqs, py312) == []
+    assert [p.requirement for p in unmet_requirements(entries, reqs, py310)] == [reqs[2]]
+    assert len(unmet_requirements(entries, reqs, py312, extras=["diffusion"])) == 1
 
 
 @pytest.mark.parametrize(

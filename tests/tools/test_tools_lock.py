@@ -17,6 +17,7 @@ import pytest
 import tomllib
 import yaml
 
+from lock_requirements import marker_environment, unmet_requirements
 from pd_appliance.supply import lock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,9 +66,7 @@ def test_tools_lock_honours_the_pd_appliance_wheels_dependencies(python: str) ->
     """The wheel goes in with --no-deps: each of its Requires-Dist must already be in the lock."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     entries = lock.read_lock(LOCK_DIRS["tools"] / _manifest("tools")["locks"][python])
-    problems = lock.unmet_requirements(
-        entries, project["dependencies"], lock.marker_environment(python, "x86_64")
-    )
+    problems = unmet_requirements(entries, project["dependencies"], marker_environment(python, "x86_64"))
     assert [str(p) for p in problems] == []
     # and what the role's import check and the serving role's supervisord need
     needed = {"supervisor", "nvidia-ml-py", "huggingface-hub", "tokenizers", "prometheus-client"}
@@ -78,8 +77,8 @@ def test_the_check_catches_a_lock_that_misses_a_wheel_dependency() -> None:
     entries = lock.read_lock(LOCK_DIRS["tools"] / _manifest("tools")["locks"]["3.12"])
     del entries["prometheus-client"]
     entries["tokenizers"].version = "0.22.0"
-    problems = lock.unmet_requirements(
-        entries, ["prometheus-client==0.26.0", "tokenizers==0.23.3"], lock.marker_environment("3.12")
+    problems = unmet_requirements(
+        entries, ["prometheus-client==0.26.0", "tokenizers==0.23.3"], marker_environment("3.12")
     )
     assert [str(p) for p in problems] == [
         "prometheus-client==0.26.0: absent from the lock",

@@ -140,7 +140,7 @@ def rollout(
     )
     actions: dict[str, str] = {}
     for name in diff["removed"]:
-        serving_apply._stop(server, f"{group}:{name}")
+        serving_apply.stop_program(server, f"{group}:{name}")
         server.pd_appliance.removeProcess(group, name)
         actions[f"{group}:{name}"] = "removed"
     replaced = set(diff["changed"]) | set(diff["added"])
@@ -153,7 +153,7 @@ def rollout(
         for name in step.names:
             if name not in diff["added"]:
                 log(f"{group}:{name}: stopping ({'switching release' if switch else 'config changed'})")
-                serving_apply._stop(server, f"{group}:{name}")
+                serving_apply.stop_program(server, f"{group}:{name}")
         for name in step.names:
             full = f"{group}:{name}"
             was_running = active.get(name, {}).get("statename") in serving_apply.RUNNING_STATES
@@ -162,7 +162,7 @@ def rollout(
             if was_running or name in diff["added"] or name in env_only:
                 time.sleep(0.2)  # autostart programs are spawned by supervisord's own loop
                 if server.supervisor.getProcessInfo(full)["statename"] not in serving_apply.RUNNING_STATES:
-                    serving_apply._start(server, full)
+                    serving_apply.start_program(server, full)
             actions[full] = "added" if name in diff["added"] else "restarted"
         if step.wait:
             for name in step.names:

@@ -32,7 +32,8 @@ def connect(serverurl: str, username: str | None = None, password: str | None = 
     return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
 
 
-def _stop(server: Any, full_name: str) -> None:
+def stop_program(server: Any, full_name: str) -> None:
+    """Stop `group:name` and wait for it (supervisor's stopProcess); one already stopped is fine."""
     try:
         server.supervisor.stopProcess(full_name, True)
     except xmlrpc.client.Fault as fault:
@@ -40,7 +41,8 @@ def _stop(server: Any, full_name: str) -> None:
             raise
 
 
-def _start(server: Any, full_name: str) -> None:
+def start_program(server: Any, full_name: str) -> None:
+    """Start `group:name` without waiting for its start window; one already running is fine."""
     try:
         server.supervisor.startProcess(full_name, False)
     except xmlrpc.client.Fault as fault:
@@ -72,7 +74,7 @@ def apply(
         else {"added": [], "changed": [], "removed": []}
     )
     for name in diff["removed"]:
-        _stop(server, f"{group}:{name}")
+        stop_program(server, f"{group}:{name}")
         server.pd_appliance.removeProcess(group, name)
         actions[f"{group}:{name}"] = "removed"
     # Changed and added programs together in priority order (a new instance starts before the router
@@ -86,20 +88,20 @@ def apply(
             log(f"{full}: new program, starting")
         else:
             log(f"{full}: config changed, restarting")
-            _stop(server, full)
+            stop_program(server, full)
         server.pd_appliance.replaceProcess(group, name)
         if was_running or name in diff["added"]:
             time.sleep(0.2)  # autostart programs are spawned by supervisord's own loop
             if server.supervisor.getProcessInfo(full)["statename"] not in RUNNING_STATES:
-                _start(server, full)
+                start_program(server, full)
         actions[full] = "added" if name in diff["added"] else "restarted"
     for name in restart:
         full = f"{group}:{name}"
         if full in actions or name not in active:
             continue
         log(f"{full}: env file changed, restarting")
-        _stop(server, full)
-        _start(server, full)
+        stop_program(server, full)
+        start_program(server, full)
         actions[full] = "restarted"
     return {"changed": bool(actions), "actions": actions}
 
