@@ -21,11 +21,14 @@ from pd_appliance.release import ReleaseError, build
 
 
 def pd_release_build_id(dirs: list[str]) -> str:
-    """[sglang_patch_series_dir, sglang_lock_dir] -> the 12-hex build id of the venv."""
-    if not isinstance(dirs, list | tuple) or len(dirs) != 2:
-        raise AnsibleFilterError("pd_release_build_id takes [sglang_patch_series_dir, sglang_lock_dir]")
+    """[sglang_patch_series_dir, sglang_lock_dir(, sglang_kernels_dir)] -> the 12-hex build id of the venv."""
+    if not isinstance(dirs, list | tuple) or len(dirs) not in (2, 3):
+        raise AnsibleFilterError(
+            "pd_release_build_id takes [sglang_patch_series_dir, sglang_lock_dir, sglang_kernels_dir]"
+        )
     try:
-        return build.build_id(Path(str(dirs[0])), Path(str(dirs[1])))
+        kernels = Path(str(dirs[2])) if len(dirs) == 3 else None
+        return build.build_id(Path(str(dirs[0])), Path(str(dirs[1])), kernels)
     except ReleaseError as exc:
         raise AnsibleFilterError(exc.message) from exc
 

@@ -13,6 +13,9 @@ One deployment (release_testlib.Lab), changed step by step as an operator would 
 6. Checkpoint commit B served corrupt by the Hub stand-in: the play fails at the checkpoint and every answer
    during it still comes from commit A; B served intact: the shards it shares with A are hard-linked from
    A, the workers switch to B, and A is removed only once the release on B is accepted.
+7. A kernel-only change (the pd_appliance wheel and sglang_kernels_dir from a copy of the sources with
+   one kernel line changed): a new build id, a new venv and release, accepted; `pd-appliance rollback`
+   puts the release before it back, and its venv still holds the old kernel.
 
 The steps do not cascade: each starts from a recorded starting state (Lab.reached: the release the
 previous step's action left current), not from the previous test having passed. A step whose action
@@ -28,6 +31,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -47,6 +52,9 @@ from release_testlib import (
 )
 
 from pd_standins.hub import RehearsalHub, generate
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL_MARKER = "# release rehearsal: a kernel-only change"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -260,3 +268,51 @@ def test_6_new_checkpoint_revision_serves_the_old_one_until_verified(lab: Lab) -
     ok(lab.play("validate"), "validate the release on commit B")
     assert lab.revisions() == [commit_b], "release_keep_checkpoint_revisions=1: A goes once B is accepted"
     assert current(lab)["status"] == "accepted"
+
+
+def kernel_changed_sources(base: Path) -> tuple[Path, Path]:
+    """A copy of the package sources with one kernel line changed, and the pd_appliance wheel built
+    from it: (the wheel, the copy's kernels directory)."""
+    source = base / "kernel-changed"
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    kernel = source / "src/pd_appliance/kernels/sparse_mla_decode.py"
+    kernel.write_text(kernel.read_text() + KERNEL_MARKER + "\n")
+    wheels = base / "kernel-changed-wheel"
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels)]
+    subprocess.run([*cmd, str(source)], check=True, capture_output=True, text=True, timeout=300)
+    return next(wheels.glob("pd_appliance-*.whl")), source / "src/pd_appliance/kernels"
+
+
+def installed_kernel(venv: Path) -> str:
+    [kernel] = venv.glob("lib/python3*/site-packages/pd_appliance/kernels/sparse_mla_decode.py")
+    return kernel.read_text()
+
+
+def test_7_kernel_only_change_is_a_new_release_that_rollback_undoes(lab: Lab) -> None:
+    # Self-contained: step 6's release (0.5.23, the changed series, commit B) asked for again, so the
+    # play also serves it when an earlier step left something else behind.
+    base = {**release_changes(lab, 2), "validation_regression_tolerance": None,
+            "checkpoint_revision": lab.hub.extra[0].commit}  # fmt: skip
+    lab.ask_for(base)
+    ok(lab.play("checkpoint,sglang,serve,validate"), "step 6's release")
+    before = current(lab)
+    old_venv = Path(lab.record(before["id"])["parts"]["sglang"]["venv"])
+    wheel, kernels = kernel_changed_sources(lab.base)
+    kernel_change = {"appliance_tools_pd_appliance_wheel": str(wheel), "sglang_kernels_dir": str(kernels)}
+    lab.ask_for({**base, **kernel_change})
+    ok(lab.play("sglang,serve,validate"), "a kernel-only change")
+    changed = current(lab)
+    new_venv = Path(lab.record(changed["id"])["parts"]["sglang"]["venv"])
+    assert changed["id"] != before["id"] and changed["status"] == "accepted"
+    assert new_venv != old_venv and new_venv.name.split("-")[0] == old_venv.name.split("-")[0]
+    assert KERNEL_MARKER in installed_kernel(new_venv)
+    assert KERNEL_MARKER not in installed_kernel(old_venv), "the release before keeps its kernel"
+    assert answered_by(lab)["venv"] == new_venv.name
+
+    rollback = lab.cli("rollback")
+    assert rollback.returncode == 0, rollback.stdout[-6000:]
+    assert lab.state()["current"] == before["id"]
+    assert answered_by(lab)["venv"] == old_venv.name
+    assert KERNEL_MARKER not in installed_kernel(old_venv)

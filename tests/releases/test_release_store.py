@@ -221,3 +221,22 @@ def test_build_id_follows_the_patches_not_the_series_comments(tmp_path: Path) ->
     assert build.build_id(series, locks) == first
     (series / "0001-a.patch").write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+c\n")
     assert build.build_id(series, locks) != first
+
+
+def test_build_id_follows_the_kernels_sources_not_their_bytecode(tmp_path: Path) -> None:
+    """A kernel-only change names a new SGLang venv (a new release, which a rollback undoes);
+    bytecode written beside the sources does not."""
+    series, locks, kernels = tmp_path / "series", tmp_path / "locks", tmp_path / "kernels"
+    for d in (series, locks, kernels / "__pycache__"):
+        d.mkdir(parents=True)
+    (locks / "py3.11-x86_64.txt").write_text("sglang==0.5.23\n")
+    (series / "series").write_text("")
+    (kernels / "sparse_mla_decode.py").write_text("BLOCK_N = 32\n")
+    first = build.build_id(series, locks, kernels)
+    assert first != build.build_id(series, locks)  # the kernels are part of the identity
+    (kernels / "__pycache__" / "sparse_mla_decode.cpython-311.pyc").write_bytes(b"\x00")
+    assert build.build_id(series, locks, kernels) == first
+    (kernels / "sparse_mla_decode.py").write_text("BLOCK_N = 64\n")
+    assert build.build_id(series, locks, kernels) != first
+    with pytest.raises(ReleaseError, match=r"sglang_kernels_dir .* does not exist"):
+        build.build_id(series, locks, tmp_path / "missing")

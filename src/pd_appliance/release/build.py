@@ -1,11 +1,13 @@
-"""The build id that names an SGLang venv: the SGLang version's patch series and locks, digested.
+"""The build id that names an SGLang venv: the SGLang version's patch series, locks and kernels, digested.
 
 It is computed on the controller from the files the sglang role installs from
-(`sglang_patch_series_dir`, `sglang_lock_dir`), so every stage derives the same
+(`sglang_patch_series_dir`, `sglang_lock_dir`, and `sglang_kernels_dir`: the appliance's Triton
+kernels the patched SGLang calls, shipped in the venv), so every stage derives the same
 `appliance_sglang_venv` without asking the host: provision builds the venv at that path, serve
 points the programs at it. A changed patch (not a changed comment in `series`) or a regenerated
-lock gives a new id, hence a new venv beside the old one; the old one keeps serving until the
-programs are restarted on the new one.
+lock or a changed kernel gives a new id, hence a new venv beside the old one; the old one keeps
+serving until the programs are restarted on the new one, and a rollback to its release runs the
+old kernel again.
 """
 
 from __future__ import annotations
@@ -46,23 +48,43 @@ def lock_identity(lock_dir: Path) -> list[dict[str, str]]:
     return [{"name": p.name, "sha256": sha256_hex(p.read_bytes())} for p in files]
 
 
-def build_id(series_dir: Path, lock_dir: Path) -> str:
-    """The 12-hex id of the series and the locks together (cached per file state: it is templated often)."""
-    return _build_id(str(series_dir), str(lock_dir), _stamp(series_dir), _stamp(lock_dir))
+def kernels_identity(kernels_dir: Path) -> list[dict[str, str]]:
+    """[{name, sha256}] of the kernel package's Python sources, by path (bytecode is not a change)."""
+    if not kernels_dir.is_dir():
+        raise ReleaseError(
+            f"sglang_kernels_dir {kernels_dir} does not exist: point it at the kernels the SGLang venv"
+            " ships (src/pd_appliance/kernels in the checkout)"
+        )
+    files = sorted(p for p in kernels_dir.rglob("*.py") if "__pycache__" not in p.parts)
+    return [{"name": str(p.relative_to(kernels_dir)), "sha256": sha256_hex(p.read_bytes())} for p in files]
 
 
-def _stamp(directory: Path) -> tuple[tuple[str, int, int], ...]:
+def build_id(series_dir: Path, lock_dir: Path, kernels_dir: Path | None = None) -> str:
+    """The 12-hex id of the series, the locks and the kernels together (cached per file state: it is
+    templated often). Without kernels_dir, the id of the series and locks alone."""
+    kernels = (str(kernels_dir), _stamp(kernels_dir, "*.py")) if kernels_dir is not None else None
+    return _build_id(str(series_dir), str(lock_dir), _stamp(series_dir), _stamp(lock_dir), kernels)
+
+
+def _stamp(directory: Path, pattern: str = "") -> tuple[tuple[str, int, int], ...]:
+    """Each file's name, mtime and size: the cache key (a pattern: matching files at any depth)."""
     try:
+        files = directory.rglob(pattern) if pattern else directory.iterdir()
         return tuple(
-            sorted(
-                (p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in directory.iterdir() if p.is_file()
-            )
+            sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.is_file())
         )
     except OSError:
         return ()
 
 
 @lru_cache(maxsize=64)
-def _build_id(series_dir: str, lock_dir: str, _s: object, _l: object) -> str:
-    identity = {"series": series_identity(Path(series_dir)), "locks": lock_identity(Path(lock_dir))}
+def _build_id(
+    series_dir: str, lock_dir: str, _s: object, _l: object, kernels: tuple[str, object] | None
+) -> str:
+    identity: dict[str, object] = {
+        "series": series_identity(Path(series_dir)),
+        "locks": lock_identity(Path(lock_dir)),
+    }
+    if kernels is not None:
+        identity["kernels"] = kernels_identity(Path(kernels[0]))
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:BUILD_ID_LENGTH]
