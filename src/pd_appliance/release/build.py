@@ -70,9 +70,7 @@ def _stamp(directory: Path, pattern: str = "") -> tuple[tuple[str, int, int], ..
     """Each file's name, mtime and size: the cache key (a pattern: matching files at any depth)."""
     try:
         files = directory.rglob(pattern) if pattern else directory.iterdir()
-        return tuple(
-            sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.is_file())
-        )
+        return tuple(sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.is_file()))
     except OSError:
         return ()
 
