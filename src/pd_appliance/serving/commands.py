@@ -13,7 +13,8 @@ from typing import Any
 
 from pd_appliance.serving.supervisor_format import flatten
 
-WORKER_ROLES = ("prefill", "decode")
+WORKER_ROLES = ("prefill", "decode", "aggregated")
+AGGREGATED = "aggregated"
 
 
 class CommandError(ValueError):
@@ -35,9 +36,15 @@ def _flag(argv: list[str], flag: str, value: Any) -> None:
 
 
 def sglang_argv(engine_command: Sequence[str], role: str, s: Mapping[str, Any]) -> list[str]:
-    """`python -m sglang.launch_server ...` for one PD role (SGLang 0.5.23 flag names)."""
+    """`python -m sglang.launch_server ...` for one instance role (SGLang 0.5.23 flag names).
+
+    prefill/decode: a PD engine (--disaggregation-mode, its transfer backend and bootstrap port).
+    aggregated: no --disaggregation-* flag at all (SGLang's default mode "null": prefill and decode
+    in one engine, server_args.py's disaggregation_mode), so nothing of PD reaches it.
+    """
     if role not in WORKER_ROLES:
-        raise CommandError(f"role must be prefill or decode, got {role!r}")
+        raise CommandError(f"role must be prefill, decode or aggregated, got {role!r}")
+    pd = role != AGGREGATED
     if not engine_command:
         raise CommandError("serving_engine_command is empty: it names the program that serves the model")
     argv = [str(w) for w in engine_command]
@@ -47,10 +54,11 @@ def sglang_argv(engine_command: Sequence[str], role: str, s: Mapping[str, Any]) 
     _flag(argv, "--tp-size", int(s["tp_size"]))
     _flag(argv, "--host", s["host"])
     _flag(argv, "--port", int(s["port"]))
-    _flag(argv, "--disaggregation-mode", role)
-    _flag(argv, "--disaggregation-transfer-backend", s.get("transfer_backend"))
-    _flag(argv, "--disaggregation-bootstrap-port", s.get("bootstrap_port") if role == "prefill" else None)
-    _flag(argv, "--disaggregation-ib-device", s.get("ib_device"))
+    if pd:
+        _flag(argv, "--disaggregation-mode", role)
+        _flag(argv, "--disaggregation-transfer-backend", s.get("transfer_backend"))
+        _flag(argv, "--disaggregation-bootstrap-port", s.get("bootstrap_port") if role == "prefill" else None)
+        _flag(argv, "--disaggregation-ib-device", s.get("ib_device"))
     _flag(argv, "--moe-runner-backend", s.get("moe_runner_backend"))
     _flag(argv, "--kv-cache-dtype", s.get("kv_cache_dtype"))
     _flag(argv, "--mem-fraction-static", s.get("mem_fraction_static"))
@@ -58,8 +66,21 @@ def sglang_argv(engine_command: Sequence[str], role: str, s: Mapping[str, Any]) 
     _flag(argv, "--max-running-requests", s.get("max_running_requests"))
     _flag(argv, "--chunked-prefill-size", s.get("chunked_prefill_size"))
     _flag(argv, "--enable-metrics", bool(s.get("enable_metrics")))
-    if s.get("cuda_graph", True):
+    if s.get("cuda_graph", True) and pd:
         _flag(argv, f"--cuda-graph-max-bs-{role}", s.get("cuda_graph_max_bs"))
+    elif s.get("cuda_graph", True):
+        # An aggregated engine runs both kinds of forward, so it captures both kinds of graph: SGLang
+        # 0.5.23 turns off only the other phase's graphs of a PD engine (arg_groups/cuda_graph_hook.py,
+        # apply_cuda_graph_disaggregation_roles), none of a "null"-mode one. `cuda_graph_max_bs` is
+        # then {"prefill": ..., "decode": ...}: the prefill's and the decode's settings, each for its
+        # phase (serving_prefill_cuda_graph_max_bs, serving_decode_cuda_graph_max_bs).
+        graphs = s.get("cuda_graph_max_bs") or {}
+        if not isinstance(graphs, Mapping):
+            raise CommandError(
+                "an aggregated instance takes cuda_graph_max_bs as {prefill: N, decode: N} (its two phases)"
+            )
+        _flag(argv, "--cuda-graph-max-bs-prefill", graphs.get("prefill"))
+        _flag(argv, "--cuda-graph-max-bs-decode", graphs.get("decode"))
     else:
         argv.append("--disable-cuda-graph")
     spec = s.get("speculative") or {}
@@ -70,7 +91,7 @@ def sglang_argv(engine_command: Sequence[str], role: str, s: Mapping[str, Any]) 
                 f"serving_speculative_algorithm={algorithm!r}: DeepSeek-V4 accepts EAGLE (topk 1) or "
                 f"DSPARK (not with PD); use EAGLE or '' to turn speculative decoding off"
             )
-        if str(algorithm).upper() == "DSPARK":
+        if str(algorithm).upper() == "DSPARK":  # aggregated too: the appliance has not checked it
             raise CommandError("serving_speculative_algorithm=DSPARK does not work with PD: use EAGLE or ''")
         if int(spec.get("eagle_topk", 1)) != 1:
             raise CommandError("serving_speculative_eagle_topk must be 1 for DeepSeek-V4 EAGLE (MTP)")
@@ -180,28 +201,32 @@ def _resilience(s: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str]:
-    """`smg launch --pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL ...` (smg 1.13.0)."""
+    """smg 1.13.0's command line, in the mode the workers need.
+
+    PD: `smg launch --pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL ... --policy P`.
+    Aggregated (`s["aggregated"]`): smg's regular mode, `smg launch --worker-urls URL ... --policy A`
+    (smg/router_args.py, RouterArgs.add_cli_args: --worker-urls takes any number of URLs; --policy is
+    the one policy of regular mode, COMMON_POLICY_CHOICES), A being `aggregated_policy`.
+    """
     argv = [str(w) for w in router_command]
-    argv.append("--pd-disaggregation")
     prefills = s.get("prefill") or []
     decodes = s.get("decode") or []
-    if not prefills or not decodes:
+    aggregated = s.get("aggregated") or []
+    if aggregated and (prefills or decodes):
         raise CommandError(
-            "the router needs at least one prefill and one decode worker: put hosts in the inventory "
-            "groups 'prefill' and 'decode'"
+            "the router has one mode: serving_instances mixes aggregated instances "
+            f"({' '.join(str(w['url']) for w in aggregated)}) with prefill/decode instances "
+            f"({' '.join(str(w['url']) for w in [*prefills, *decodes])}); set role: aggregated on every "
+            "worker host's entries, or on none"
         )
-    for worker in prefills:
-        if worker.get("bootstrap_port") in (None, ""):
-            # smg then sends bootstrap_port null and decode silently uses its own default.
-            raise CommandError(
-                f"prefill worker {worker['url']} has no bootstrap port (serving_bootstrap_port)"
-            )
-        argv += ["--prefill", str(worker["url"]), str(int(worker["bootstrap_port"]))]
-    for worker in decodes:
-        argv += ["--decode", str(worker["url"])]
+    if aggregated:
+        argv.append("--worker-urls")
+        argv += [str(worker["url"]) for worker in aggregated]
+    else:
+        argv += _pd_workers(prefills, decodes)
     _flag(argv, "--host", s["host"])
     _flag(argv, "--port", int(s["port"]))
-    _flag(argv, "--policy", s.get("policy"))
+    _flag(argv, "--policy", s.get("aggregated_policy") if aggregated else s.get("policy"))
     _flag(argv, "--prometheus-host", s.get("prometheus_host") if s.get("prometheus_port") else None)
     _flag(argv, "--prometheus-port", s.get("prometheus_port"))
     _flag(argv, "--health-check-endpoint", s.get("health_check_endpoint"))
@@ -219,7 +244,8 @@ def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str
     remove = s.get("remove_unhealthy_workers")
     if remove is not None:
         argv.append("--remove-unhealthy-workers" if remove else "--no-remove-unhealthy-workers")
-    _flag(argv, "--pd-admission-wait-secs", s.get("pd_admission_wait_secs"))
+    if not aggregated:  # a PD-mode setting (a full decode's admission queue)
+        _flag(argv, "--pd-admission-wait-secs", s.get("pd_admission_wait_secs"))
     _flag(argv, "--max-concurrent-requests", s.get("max_concurrent_requests"))
     _flag(argv, "--queue-size", s.get("queue_size"))
     _flag(argv, "--queue-timeout-secs", s.get("queue_timeout_secs"))
@@ -229,6 +255,26 @@ def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str
     _flag(argv, "--log-level", s.get("log_level"))
     _flag(argv, "--log-json", bool(s.get("log_json")))
     argv.extend(flatten(s.get("extra_args") or []))
+    return argv
+
+
+def _pd_workers(prefills: Sequence[Mapping[str, Any]], decodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """`--pd-disaggregation --prefill URL BOOTSTRAP_PORT ... --decode URL ...`."""
+    if not prefills or not decodes:
+        raise CommandError(
+            "the router needs at least one prefill and one decode worker (or aggregated workers only): "
+            "put hosts in the inventory groups 'prefill' and 'decode'"
+        )
+    argv = ["--pd-disaggregation"]
+    for worker in prefills:
+        if worker.get("bootstrap_port") in (None, ""):
+            # smg then sends bootstrap_port null and decode silently uses its own default.
+            raise CommandError(
+                f"prefill worker {worker['url']} has no bootstrap port (serving_bootstrap_port)"
+            )
+        argv += ["--prefill", str(worker["url"]), str(int(worker["bootstrap_port"]))]
+    for worker in decodes:
+        argv += ["--decode", str(worker["url"])]
     return argv
 
 

@@ -49,6 +49,7 @@ class PlanInputs:
     health_urls: Mapping[str, str]
     engine_command: Sequence[str]
     worker_settings: Mapping[str, Any]
+    # By role; an aggregated engine captures both phases: {"prefill": N, "decode": N} (commands.sglang_argv).
     cuda_graph_max_bs: Mapping[str, Any]
     extra_args: Mapping[str, Sequence[str]]
     numactl_path: str
@@ -93,13 +94,23 @@ def program_spec(name: str, p: PlanInputs) -> dict[str, Any]:
 def _router_spec(p: PlanInputs, env_file: str) -> dict[str, Any]:
     prefills = [i for i in p.all_instances if i["role"] == "prefill"]
     decodes = [i for i in p.all_instances if i["role"] == "decode"]
-    engine = commands.router_argv(
-        p.router_command, {**p.router_settings, "prefill": prefills, "decode": decodes}
-    )
+    aggregated = [i for i in p.all_instances if i["role"] == "aggregated"]
+    workers = {"prefill": prefills, "decode": decodes, "aggregated": aggregated}
+    engine = commands.router_argv(p.router_command, {**p.router_settings, **workers})
     # smg starts only once every worker answers its health URL (the launcher's --wait-for).
     launcher = [*p.launcher, f"--env-file={env_file}", "--secret-arg=--api-key=SERVING_ROUTER_API_KEY"]
-    launcher += [f"--wait-for={i['url']}{p.worker_health_path}" for i in prefills + decodes]
+    launcher += [f"--wait-for={i['url']}{p.worker_health_path}" for i in prefills + decodes + aggregated]
     env = p.env
+    if aggregated:
+        routes = (
+            f"smg regular mode ({p.router_settings.get('aggregated_policy')}): aggregated "
+            f"{' '.join(i['url'] for i in aggregated)}"
+        )
+    else:
+        routes = (
+            f"smg PD router: prefill {' '.join(i['url'] for i in prefills)}, "
+            f"decode {' '.join(i['url'] for i in decodes)}"
+        )
     return {
         "priority": p.router.priority,
         "startsecs": p.router.startsecs,
@@ -109,11 +120,7 @@ def _router_spec(p: PlanInputs, env_file: str) -> dict[str, Any]:
         "environment": merge_env(
             env["defaults_common"], env["common"], env["defaults_router"], env["router"], env["host"]
         ),
-        "notes": [
-            f"smg PD router: prefill {' '.join(i['url'] for i in prefills)}, "
-            f"decode {' '.join(i['url'] for i in decodes)}",
-            "starts smg only after every worker health URL answers 2xx (--wait-for)",
-        ],
+        "notes": [routes, "starts smg only after every worker health URL answers 2xx (--wait-for)"],
     }
 
 

@@ -1,4 +1,5 @@
-"""Is the appliance ready? The router says so and a prefill and a decode answer their health now.
+"""Is the appliance ready? The router says so and a prefill and a decode (or, over aggregated
+instances, one of them) answer their health now.
 
     python -m pd_appliance.serving.readiness --router http://127.0.0.1:8000 [--api-key-env VAR]
         [--worker-health-path /health] [--wait-s 900 --interval-s 2] [--timeout-s 30]
@@ -30,6 +31,9 @@ from pd_appliance.serving.day2 import probe
 
 # Roles that must each have one answering worker (SGLang PD: a request needs both legs).
 ROLES = ("prefill", "decode")
+# smg's worker_type for a worker of its regular mode (GET /workers), the appliance's aggregated
+# instances: one answering worker serves a request whole.
+REGULAR = "regular"
 
 
 class RouterError(RuntimeError):
@@ -56,17 +60,20 @@ def router_workers(router: str, api_key: str = "", timeout_s: float = 10.0) -> l
 
 
 def verdict(router_status: Mapping[str, Any], workers: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
-    """Ready iff the router's /readiness is 200 and each PD role has a worker that can take a request:
-    its health URL answers 2xx now and the router has not marked it unhealthy (it routes there)."""
+    """Ready iff the router's /readiness is 200 and each PD role (or, when the router lists regular
+    workers, the aggregated instances) has a worker that can take a request: its health URL answers
+    2xx now and the router has not marked it unhealthy (it routes there)."""
     if not router_status.get("ok"):
         seen = router_status.get("status", router_status.get("error", "no answer"))
         return False, f"router /readiness: {seen}"
     missing = []
-    for role in ROLES:
+    roles = (REGULAR,) if any(w.get("worker_type") == REGULAR for w in workers) else ROLES
+    for role in roles:
         mine = [w for w in workers if w.get("worker_type") == role]
         if not any(w.get("health", {}).get("ok") and w.get("router_healthy") is not False for w in mine):
             seen = "; ".join(_describe(w) for w in mine)
-            missing.append(f"no {role} answers its health URL ({seen or 'the router lists none'})")
+            label = "aggregated instance (smg regular worker)" if role == REGULAR else role
+            missing.append(f"no {label} answers its health URL ({seen or 'the router lists none'})")
     return (not missing), ("; ".join(missing) if missing else "ready")
 
 

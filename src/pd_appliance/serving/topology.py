@@ -1,12 +1,25 @@
 """The serving topology: which SGLang instances each host runs.
 
-A host runs any number of prefill and decode instances, each one supervisor program with its own
-GPU set, tensor-parallel size and ports. The host variable `serving_instances` lists them:
+A host runs any number of prefill and decode instances, or any number of aggregated ones (never
+both), each one supervisor program with its own GPU set, tensor-parallel size and ports. The host
+variable `serving_instances` lists them:
 
     serving_instances:
       - {role: prefill, gpus: [0, 1], tp_size: 2, port: 30000, bootstrap_port: 8998}
       - {role: decode, gpus: [2, 3], tp_size: 2, port: 30001}
       - {role: decode, gpus: [4, 5], tp_size: 2, port: 30002, env: {NAME: value}, extra_args: []}
+
+or, for aggregated replicas (SGLang without --disaggregation-mode: prefill and decode in one engine,
+smg in its regular mode routing over them):
+
+    serving_instances:
+      - {role: aggregated, gpus: [0, 1, 2, 3], tp_size: 4, port: 30000}
+      - {role: aggregated, gpus: [4, 5, 6, 7], tp_size: 4, port: 30001}
+
+An aggregated instance runs on a host of inventory group `prefill` or `decode` (the worker groups:
+the groups every stage already reads for the hosts that run SGLang), so a variant can switch a
+host's layout between PD and aggregated without changing the inventory's groups. A deployment has
+one router mode: every instance of every host aggregated (smg regular mode), or none (PD mode).
 
 Its default (roles/appliance_defaults) is the layout the per-role variables describe
 (serving_prefill_gpus, serving_decode_tp_size, serving_bootstrap_port, ...): one prefill and/or one
@@ -34,12 +47,17 @@ from typing import Any
 
 from pd_appliance.serving.commands import worker_url
 
-WORKER_ROLES = ("prefill", "decode")
+# Instance roles: the PD ones, and an aggregated engine (prefill and decode in one).
+PD_ROLES = ("prefill", "decode")
+AGGREGATED = "aggregated"
+WORKER_ROLES = (*PD_ROLES, AGGREGATED)
+# The inventory groups of the hosts that run SGLang instances (of any role).
+WORKER_GROUPS = PD_ROLES
 VARIABLE = "serving_instances"
 # Keys an entry of serving_instances may have (meta/argument_specs.yml of appliance_defaults
 # declares the same set).
 ENTRY_KEYS = ("role", "name", "gpus", "tp_size", "port", "bootstrap_port", "env", "extra_args")
-_NAME = re.compile(r"^(prefill|decode)(-[A-Za-z0-9_]+)?$")
+_NAME = re.compile(r"^(prefill|decode|aggregated)(-[A-Za-z0-9_]+)?$")
 # The per-role variables the default layout is built from, by role and field.
 PER_ROLE_VARIABLES: dict[str, dict[str, str]] = {
     "prefill": {
@@ -154,7 +172,7 @@ def published(
     """
     if not isinstance(raw, Sequence) or isinstance(raw, str):
         return []
-    allowed = set(WORKER_ROLES) if roles is None else set(roles) & set(WORKER_ROLES)
+    allowed = set(WORKER_ROLES) if roles is None else allowed_roles(roles)
     out = []
     for entry, name in zip(raw, program_names(raw), strict=True):
         if not isinstance(entry, Mapping) or entry.get("role") not in allowed:
@@ -177,6 +195,53 @@ def published(
             }
         )
     return out
+
+
+def allowed_roles(groups: Iterable[str]) -> set[str]:
+    """The instance roles a host of these inventory groups may run: its PD groups' roles, and
+    aggregated on any worker host (group prefill or decode)."""
+    groups = set(groups)
+    out = groups & set(PD_ROLES)
+    return out | {AGGREGATED} if groups & set(WORKER_GROUPS) else out
+
+
+def mode(instances: Iterable[Mapping[str, Any]]) -> str | None:
+    """The router mode these (published) instances need: "aggregated" (smg regular mode), "pd",
+    or None when there are none. A mix is an error (`mode_problems` words it)."""
+    roles = {inst.get("role") for inst in instances}
+    if not roles:
+        return None
+    if roles == {AGGREGATED}:
+        return AGGREGATED
+    if AGGREGATED in roles:
+        raise TopologyError(" ".join(mode_problems({"": list(instances)})))
+    return "pd"
+
+
+def mode_problems(by_host: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """A deployment has one router mode: every instance aggregated, or none (each host's entries,
+    published or raw, by host). The message names the hosts and entries on each side and the fix."""
+    aggregated: list[str] = []
+    pd: list[str] = []
+    for host, entries in by_host.items():
+        if not isinstance(entries, Sequence) or isinstance(entries, str):
+            continue
+        for entry, name in zip(entries, program_names(entries), strict=True):
+            if not isinstance(entry, Mapping):
+                continue
+            where = f"{host}:pd:{name}" if host else f"pd:{name}"
+            if entry.get("role") == AGGREGATED:
+                aggregated.append(where)
+            elif entry.get("role") in PD_ROLES:
+                pd.append(where)
+    if not aggregated or not pd:
+        return []
+    return [
+        f"{VARIABLE} mixes aggregated instances ({', '.join(aggregated)}) with prefill/decode instances "
+        f"({', '.join(pd)}): a host runs either PD instances or aggregated ones, and the router has one "
+        f"mode (smg PD mode for prefill/decode, regular mode for aggregated). Set role: aggregated on "
+        f"every entry of every worker host's {VARIABLE}, or on none."
+    ]
 
 
 def instances(
@@ -243,7 +308,7 @@ def problems(
     `reserved_ports` other ports the host opens (router), by variable. `per_role`: the list is the
     default built from the per-role variables, so messages name those (serving_decode_gpus, ...).
     """
-    roles = [r for r in roles if r in (*WORKER_ROLES, "router")]
+    roles = [r for r in roles if r in (*WORKER_GROUPS, "router")]
     if not isinstance(raw, Sequence) or isinstance(raw, str):
         return [
             f"{host}: {VARIABLE} must be a list of instances "
@@ -274,11 +339,17 @@ def problems(
             port = _int(entry.get(key))
             if port is not None and 1 <= port <= 65535:
                 ports[port].append(label(key))
-    for role in WORKER_ROLES:
+    aggregated = any(isinstance(e, Mapping) and e.get("role") == AGGREGATED for e in raw)
+    if aggregated:
+        errors += [f"{host}: {message}" for message in mode_problems({"": raw})]
+    for role in PD_ROLES:
+        if aggregated:
+            break  # an aggregated host: its worker groups only say that it runs SGLang
         if role in roles and not any(isinstance(e, Mapping) and e.get("role") == role for e in raw):
             errors.append(
                 f"{host}: the host is in inventory group {role} but {VARIABLE} has no {role} instance: "
-                f"add one (role: {role}) or take the host out of group {role}."
+                f"add one (role: {role}), make every entry role: aggregated, or take the host out of "
+                f"group {role}."
             )
     errors += _duplicate_name_errors(host, raw, names)
     errors += _overlap_errors(host, gpu_sets)
@@ -308,8 +379,17 @@ def _entry_errors(
         )
     role = entry.get("role")
     if role not in WORKER_ROLES:
-        return [*errors, f"{host}: {VARIABLE}[{label.index}].role must be prefill or decode, got {role!r}."]
-    if role not in roles:
+        return [
+            *errors,
+            f"{host}: {VARIABLE}[{label.index}].role must be prefill, decode or aggregated, got {role!r}.",
+        ]
+    if role == AGGREGATED and not set(roles) & set(WORKER_GROUPS):
+        errors.append(
+            f"{host}: {label.entry} is an aggregated instance but the host is in neither inventory group "
+            f"prefill nor decode (the worker groups every stage reads): add the host to one of them or "
+            f"remove the instance."
+        )
+    elif role != AGGREGATED and role not in roles:
         errors.append(
             f"{host}: {label.entry} is a {role} instance but the host is not in inventory group {role} "
             f"(the router finds {role} instances by that group): add the host to group {role} or remove "
@@ -336,8 +416,8 @@ def _entry_errors(
             )
     elif bootstrap not in (None, ""):
         errors.append(
-            f"{host}: {label.entry} is a decode instance with bootstrap_port {bootstrap!r}; only prefill "
-            f"instances open one. Remove it."
+            f"{host}: {label.entry} is a{'n' if role == AGGREGATED else ''} {role} instance with "
+            f"bootstrap_port {bootstrap!r}; only prefill instances open one. Remove it."
         )
     if not isinstance(entry.get("env") or {}, Mapping):
         errors.append(f"{host}: {label('env')} must be a dict of NAME: value, got {entry.get('env')!r}.")
