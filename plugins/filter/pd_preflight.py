@@ -21,6 +21,10 @@ def pd_preflight_topology_errors(
     return preflight.topology_errors(host, roles, count, variables)
 
 
+def pd_preflight_router_mode_errors(layouts: dict[str, Any]) -> list[str]:
+    return preflight.router_mode_errors(layouts)
+
+
 def pd_preflight_missing_errors(values: dict[str, Any], host: str, required: list[str]) -> list[str]:
     return preflight.missing_variable_errors(host, required, values)
 
@@ -139,6 +143,7 @@ class FilterModule:
     def filters(self) -> dict[str, object]:
         return {
             "pd_preflight_topology_errors": pd_preflight_topology_errors,
+            "pd_preflight_router_mode_errors": pd_preflight_router_mode_errors,
             "pd_preflight_missing_errors": pd_preflight_missing_errors,
             "pd_preflight_disk_errors": pd_preflight_disk_errors,
             "pd_preflight_os_errors": pd_preflight_os_errors,

@@ -52,6 +52,23 @@ def topology_errors(
     return topology.problems(host, raw, roles, gpu_count, reserved, per_role=per_role)
 
 
+def router_mode_errors(layouts: Mapping[str, Any]) -> list[str]:
+    """One router mode per deployment: every worker host's instances aggregated, or none.
+
+    `layouts` maps each worker host (groups prefill and decode) to its serving_instances, None
+    where the inventory leaves it to the per-role variables (a PD layout).
+    """
+    by_host = {}
+    for host, raw in layouts.items():
+        if raw is None:
+            unset = "prefill/decode (serving_instances unset: the per-role layout)"
+            raw = [{"role": "prefill", "name": unset}]
+        by_host[host] = raw
+    if any(topology.mode_problems({host: raw}) for host, raw in by_host.items()):
+        return []  # a host mixing them says so itself (topology_errors)
+    return topology.mode_problems(by_host)
+
+
 def host_ports(roles: Iterable[str], variables: Mapping[str, Any]) -> dict[str, int]:
     """Every port this host's programs open, by the variable (or serving_instances entry) that sets it."""
     roles = [r for r in roles if r in PD_ROLES]

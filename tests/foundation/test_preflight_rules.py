@@ -146,7 +146,7 @@ def test_roles_must_match_the_hosts_groups():
         "prefill (the router finds prefill instances by that group): add the host to group prefill or "
         "remove the instance.",
         "d: the host is in inventory group decode but serving_instances has no decode instance: add one "
-        "(role: decode) or take the host out of group decode.",
+        "(role: decode), make every entry role: aggregated, or take the host out of group decode.",
     ]
 
 
@@ -157,8 +157,8 @@ def test_program_names_are_unique_readable_and_keys_known():
     assert errors == [
         "h: serving_instances[3] (fast decode) has unknown key(s) ['tp']; an instance takes role, name, "
         "gpus, tp_size, port, bootstrap_port, env, extra_args.",
-        "h: serving_instances[3].name='fast decode' is not a program name for a decode instance: use "
-        "decode or decode-<letters, digits, _> (it becomes pd:<name>).",
+        "h: serving_instances[3].name='fast decode' is not a program name for an instance of role decode: "
+        "use decode or decode-<letters, digits, _> (it becomes pd:<name>).",
         "h: serving_instances entries [1, 2] would all be the program pd:decode-1: give each its own name "
         "(or leave name out: several instances of a role are numbered decode-0, -1, ...).",
     ]
@@ -265,3 +265,28 @@ def test_documentation_addresses():
     assert preflight.is_documentation_address("192.0.2.10")
     assert not preflight.is_documentation_address("10.1.2.3")
     assert not preflight.is_documentation_address("gpu-node-01")
+
+
+AGGREGATED = [_inst("aggregated", [0, 1, 2, 3], 30000), _inst("aggregated", [4, 5, 6, 7], 30001)]
+
+
+def test_aggregated_hosts_pass_and_a_deployment_with_one_router_mode_passes() -> None:
+    assert preflight.topology_errors("h", ALL_ROLES, 8, with_(serving_instances=AGGREGATED)) == []
+    assert preflight.router_mode_errors({"a": AGGREGATED, "b": AGGREGATED}) == []
+    assert preflight.router_mode_errors({"a": None, "b": P1_D3}) == []
+
+
+def test_a_deployment_mixing_aggregated_and_pd_hosts_is_refused_naming_the_variable_and_fix() -> None:
+    (message,) = preflight.router_mode_errors({"gpu-a": AGGREGATED, "gpu-b": None})
+    assert message.startswith("serving_instances mixes aggregated instances (gpu-a:pd:aggregated-0, ")
+    assert "gpu-b:pd:prefill/decode (serving_instances unset: the per-role layout)" in message
+    assert (
+        "Set role: aggregated on every entry of every worker host's serving_instances, or on none." in message
+    )
+    # A host that mixes them itself is refused once, by its own topology check.
+    mixed = [P1_D3[0], dict(AGGREGATED[1], port=30009)]
+    assert preflight.router_mode_errors({"gpu-a": mixed, "gpu-b": None}) == []
+    assert any(
+        "mixes aggregated" in e
+        for e in preflight.topology_errors("gpu-a", ALL_ROLES, 8, with_(serving_instances=mixed))
+    )

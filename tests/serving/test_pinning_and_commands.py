@@ -133,3 +133,37 @@ def test_router_command_always_gives_the_bootstrap_port() -> None:
 def test_worker_url_brackets_ipv6() -> None:
     assert worker_url("fd00::1", 30000) == "http://[fd00::1]:30000"
     assert worker_url("192.0.2.10", "30001") == "http://192.0.2.10:30001"
+
+
+def test_aggregated_command_has_no_disaggregation_flag_and_both_phases_graphs() -> None:
+    settings = dict(SETTINGS, cuda_graph_max_bs={"prefill": 8, "decode": 32}, chunked_prefill_size=8192)
+    argv = sglang_argv(["python", "-m", "sglang.launch_server"], "aggregated", settings)
+    assert not [w for w in argv if w.startswith("--disaggregation")]
+    assert argv[argv.index("--cuda-graph-max-bs-prefill") + 1] == "8"
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "32"
+    assert argv[argv.index("--chunked-prefill-size") + 1] == "8192"
+    assert argv[argv.index("--tp-size") + 1] == "4" and "--speculative-algorithm" in argv
+    # A phase left to SGLang's default is not spelt; graphs off is the one flag, as for PD engines.
+    default_prefill = sglang_argv(["python"], "aggregated", dict(settings, cuda_graph_max_bs={"decode": 32}))
+    assert "--cuda-graph-max-bs-prefill" not in default_prefill
+    off = sglang_argv(["python"], "aggregated", dict(settings, cuda_graph=False))
+    assert "--disable-cuda-graph" in off and not [w for w in off if w.startswith("--cuda-graph-max-bs")]
+    with pytest.raises(CommandError, match="prefill, decode or aggregated"):
+        sglang_argv(["python"], "unified", settings)
+
+
+AGGREGATED_ROUTER = {
+    "aggregated": [{"url": "http://10.0.0.1:30000"}, {"url": "http://10.0.0.1:30001"}],
+    "host": "127.0.0.1", "port": 8000, "policy": "round_robin", "aggregated_policy": "cache_aware",
+    "pd_admission_wait_secs": 30, "extra_args": [],
+}  # fmt: skip
+
+
+def test_router_over_aggregated_instances_is_smgs_regular_mode_with_its_own_policy() -> None:
+    assert router_argv(["smg", "launch"], AGGREGATED_ROUTER) == [
+        "smg", "launch", "--worker-urls", "http://10.0.0.1:30000", "http://10.0.0.1:30001",
+        "--host", "127.0.0.1", "--port", "8000", "--policy", "cache_aware",
+    ]  # fmt: skip
+    mixed = dict(AGGREGATED_ROUTER, decode=[{"url": "http://10.0.0.2:30001"}])
+    with pytest.raises(CommandError, match="one mode: serving_instances mixes aggregated instances"):
+        router_argv(["smg"], mixed)

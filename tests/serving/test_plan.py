@@ -146,3 +146,70 @@ def test_health_urls_dial_targets_and_release_programs_of_a_host() -> None:
         "prefill": {"role": "prefill", "health_url": "http://127.0.0.1:30000/health"},
         "router": {"role": "router", "health_url": "http://127.0.0.1:8000/readiness"},
     }
+
+
+AGG = [
+    instance(f"aggregated-{i}", "aggregated", gpus, 30000 + i)
+    for i, gpus in enumerate([[0, 1, 2, 3], [4, 5, 6, 7]])
+]
+
+
+def aggregated_inputs(**over: Any) -> dict[str, Any]:
+    base = inputs(AGG, **over)
+    base["cuda_graph_max_bs"] = {**base["cuda_graph_max_bs"], "aggregated": {"prefill": 8, "decode": 32}}
+    base["extra_args"] = {**base["extra_args"], "aggregated": [["--enable-mixed-chunk"]]}
+    env = base["env"]
+    env["role_only"] = {**env["role_only"], "aggregated": {"SGLANG_SM120_FLASHMLA_BACKEND": "triton"}}
+    env["user"] = {**env["user"], "aggregated": {"W": "aggregated-user"}}
+    base["router_settings"] = {**base["router_settings"], "aggregated_policy": "cache_aware"}
+    return base
+
+
+def test_aggregated_instances_are_one_engine_each_and_the_router_runs_in_regular_mode() -> None:
+    specs = program_specs(["aggregated-0", "aggregated-1", "router"], aggregated_inputs())
+    first = specs["aggregated-0"]
+    engine = first["argv"][first["argv"].index("sglang.launch_server") + 1 :]
+    assert not [w for w in engine if w.startswith("--disaggregation")]
+    assert engine[engine.index("--cuda-graph-max-bs-prefill") + 1] == "8"
+    assert engine[engine.index("--cuda-graph-max-bs-decode") + 1] == "32"
+    assert engine[-1] == "--enable-mixed-chunk"  # the aggregated role's own extra args, not decode's
+    assert first["environment"] == {
+        "A": "common", "B": "host", "W": "aggregated-user", "SGLANG_SM120_FLASHMLA_BACKEND": "triton",
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+    }  # fmt: skip
+    assert first["role"] == "aggregated" and first["notes"][0] == (
+        "aggregated instance, TP4, port 30000 (serving_instances)"
+    )
+    router = specs["router"]["argv"]
+    smg = router[router.index("--") + 1 :]
+    assert smg[:5] == ["/opt/router/bin/smg", "launch", "--worker-urls", "http://10.0.0.5:30000",
+                       "http://10.0.0.5:30001"]  # fmt: skip
+    assert "--pd-disaggregation" not in smg and smg[smg.index("--policy") + 1] == "cache_aware"
+    assert [w for w in router if w.startswith("--wait-for=")] == [
+        "--wait-for=http://10.0.0.5:30000/health", "--wait-for=http://10.0.0.5:30001/health"
+    ]  # fmt: skip
+    assert specs["router"]["notes"][0] == (
+        "smg regular mode (cache_aware): aggregated http://10.0.0.5:30000 http://10.0.0.5:30001"
+    )
+
+
+def test_aggregated_health_dial_targets_and_release_programs() -> None:
+    from pd_appliance.serving import plan
+
+    assert plan.dial_targets(AGG) == [
+        "pd:aggregated-0@node1=10.0.0.5:30000",
+        "pd:aggregated-1@node1=10.0.0.5:30001",
+    ]
+    assert plan.health_urls(AGG, "10.0.0.5", "/health", "http://r/readiness")["aggregated-1"] == (
+        "http://10.0.0.5:30001/health"
+    )
+    specs = program_specs(["aggregated-1"], aggregated_inputs())
+    assert plan.release_programs(specs) == {
+        "aggregated-1": {"role": "aggregated", "health_url": "http://127.0.0.1:30001/health"}
+    }
+
+
+def test_a_router_over_a_mix_of_aggregated_and_pd_instances_is_refused() -> None:
+    mixed = aggregated_inputs(all_instances=[*AGG, *LAB])
+    with pytest.raises(CommandError, match="the router has one mode"):
+        program_specs(["router"], mixed)

@@ -57,3 +57,17 @@ def test_wait_looks_again_until_ready_or_the_deadline() -> None:
         lambda: {"ready": False}, 5, 2, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)
     )
     assert result == {"ready": False, "waited_s": 6.0}
+
+
+def test_over_aggregated_instances_one_answering_regular_worker_is_ready() -> None:
+    """smg's regular mode lists aggregated instances as worker_type "regular" (GET /workers)."""
+    down = {"ok": False, "error": "refused"}
+    assert verdict(ROUTER_READY, [_worker("regular", down), _worker("regular", UP, port=2)]) == (
+        True,
+        "ready",
+    )
+    ready, reason = verdict(ROUTER_READY, [_worker("regular", down), _worker("regular", UP, False, port=2)])
+    assert not ready and reason == (
+        "no aggregated instance (smg regular worker) answers its health URL "
+        "(http://h:1: refused; http://h:2: 200, unhealthy for the router)"
+    )

@@ -156,3 +156,21 @@ def test_real_smg_takes_the_default_argv() -> None:
         [*argv, "--no-such-flag", *stop], capture_output=True, text=True, timeout=60, check=False
     )
     assert "unrecognized arguments: --no-such-flag" in bad.stderr
+
+
+def test_real_smg_takes_the_regular_mode_argv_over_aggregated_instances() -> None:
+    """smg 1.13's own parser (smg.launch_router.parse_router_args) reads the aggregated form: the
+    worker URLs, regular mode (no PD flag) and every policy the serving role's spec allows."""
+    from smg.launch_router import parse_router_args
+
+    spec = yaml.safe_load((ROOT / "roles/serving/meta/argument_specs.yml").read_text())
+    choices = spec["argument_specs"]["main"]["options"]["serving_router_aggregated_policy"]["choices"]
+    defaults = yaml.safe_load((ROOT / "roles/serving/defaults/main.yml").read_text())
+    assert defaults["serving_router_aggregated_policy"] == "cache_aware"
+    workers = [{"url": "http://10.0.0.1:30000"}, {"url": "http://10.0.0.1:30001"}]
+    for policy in choices:
+        settings = {**BASE, **FAULTS, "prefill": [], "decode": [], "aggregated": workers}
+        argv = router_argv(["smg", "launch"], {**settings, "aggregated_policy": policy})
+        parsed = parse_router_args(argv[2:])
+        assert parsed.worker_urls == [w["url"] for w in workers]
+        assert not parsed.pd_disaggregation and parsed.policy == policy

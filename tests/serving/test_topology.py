@@ -8,6 +8,9 @@ from pd_appliance.serving.topology import (
     TopologyError,
     default_instances,
     instances,
+    mode,
+    mode_problems,
+    problems,
     program_names,
     published,
 )
@@ -82,3 +85,61 @@ def test_router_ports_are_reserved_on_a_router_host() -> None:
         TopologyError, match=r"port 8000 is used by serving_instances\[1\]\.port and serving_router_port"
     ):
         instances(layout, ["prefill", "decode", "router"], "h", reserved_ports={"serving_router_port": 8000})
+
+
+AGGREGATED_2X_TP4 = [
+    {"role": "aggregated", "gpus": [0, 1, 2, 3], "tp_size": 4, "port": 30000},
+    {"role": "aggregated", "gpus": [4, 5, 6, 7], "tp_size": 4, "port": 30001},
+]
+
+
+def test_aggregated_instances_run_on_a_worker_host_without_bootstrap_ports() -> None:
+    found = instances(AGGREGATED_2X_TP4, ["prefill", "decode", "router"], "gpu-node-01", "10.0.0.5")
+    assert [(i.role, i.name, i.url, i.bootstrap_port) for i in found] == [
+        ("aggregated", "aggregated-0", "http://10.0.0.5:30000", None),
+        ("aggregated", "aggregated-1", "http://10.0.0.5:30001", None),
+    ]
+    # A host of either worker group may run them (no prefill instance is missing then).
+    assert [i.name for i in instances(AGGREGATED_2X_TP4, ["decode"], "h")] == ["aggregated-0", "aggregated-1"]
+    assert mode(published(AGGREGATED_2X_TP4, "h")) == "aggregated"
+    assert mode(published(ONE_P_THREE_D, "h")) == "pd" and mode([]) is None
+    named = [dict(AGGREGATED_2X_TP4[0], name="aggregated-big"), AGGREGATED_2X_TP4[1]]
+    assert program_names(named) == ["aggregated-big", "aggregated-1"]
+
+
+def test_aggregated_entries_are_refused_where_they_cannot_serve() -> None:
+    # Not a worker host: the router finds workers by the prefill/decode groups.
+    assert any(
+        "neither inventory group prefill nor decode" in p
+        for p in problems("r", AGGREGATED_2X_TP4, ["router"])
+    )
+    # A bootstrap port is a prefill's alone; a PD name is not an aggregated program's.
+    bad = [dict(AGGREGATED_2X_TP4[0], bootstrap_port=8998, name="decode-x")]
+    messages = " ".join(problems("h", bad, ["prefill", "decode"]))
+    assert "is an aggregated instance with bootstrap_port 8998; only prefill instances open one" in messages
+    assert "name='decode-x' is not a program name for an instance of role aggregated" in messages
+
+
+def test_a_host_mixing_aggregated_and_pd_instances_is_refused_naming_the_fix() -> None:
+    mixed = [ONE_P_THREE_D[0], dict(AGGREGATED_2X_TP4[1], port=30005)]
+    with pytest.raises(TopologyError) as refused:
+        instances(mixed, ["prefill", "decode"], "gpu-node-01")
+    message = str(refused.value)
+    assert (
+        "gpu-node-01: serving_instances mixes aggregated instances (pd:aggregated) with prefill/decode "
+        "instances (pd:prefill)" in message
+    )
+    fix = "Set role: aggregated on every entry of every worker host's serving_instances, or on none"
+    assert fix in message
+    # Without the mix, the same host in both groups is fine either way.
+    assert problems("gpu-node-01", AGGREGATED_2X_TP4, ["prefill", "decode"]) == []
+
+
+def test_a_deployment_has_one_router_mode_across_hosts() -> None:
+    layouts = {"gpu-a": AGGREGATED_2X_TP4, "gpu-b": ONE_P_THREE_D, "gpu-c": None}
+    (message,) = mode_problems(layouts)
+    assert "(gpu-a:pd:aggregated-0, gpu-a:pd:aggregated-1)" in message
+    assert "gpu-b:pd:prefill" in message and "gpu-b:pd:decode-2" in message
+    assert mode_problems({"gpu-a": AGGREGATED_2X_TP4, "gpu-b": AGGREGATED_2X_TP4}) == []
+    with pytest.raises(TopologyError, match="mixes aggregated"):
+        mode(published(AGGREGATED_2X_TP4, "a") + published(ONE_P_THREE_D, "b"))

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-ENV_HOOK_KEYS = ("common", "prefill", "decode", "router", "host")
+ENV_HOOK_KEYS = ("common", "prefill", "decode", "aggregated", "router", "host")
 # expect_unsupported_on_sm120: why SGLang's resolution is expected to pick a path this GPU lacks
 # (tests/sglang/test_model_resolution.py holds the candidate to it instead of failing on it).
 VARIANT_KEYS = frozenset({"name", "description", "vars", "env_hooks", "expect_unsupported_on_sm120"})

@@ -71,13 +71,14 @@ def worker_env_sources(values: Mapping[str, Any]) -> dict[str, Mapping[str, Any]
             "serving_env_common",
             "serving_env_prefill",
             "serving_env_decode",
+            "serving_env_aggregated",
             "serving_env_host",
             "serving_env_file_vars",
         )
     }
     for variant in values.get("validation_variants") or []:
         hooks = variant.get("env_hooks") or {}
-        for role in ("common", "prefill", "decode"):
+        for role in ("common", "prefill", "decode", "aggregated"):
             sources[f"validation_variants[{variant.get('name', '?')}].env_hooks.{role}"] = hooks.get(role)
     return sources
 

@@ -398,8 +398,8 @@ def _entry_errors(
     name = entry.get("name")
     if name is not None and not (isinstance(name, str) and _NAME.match(name) and name.split("-")[0] == role):
         errors.append(
-            f"{host}: {label('name')}={name!r} is not a program name for a {role} instance: use {role} or "
-            f"{role}-<letters, digits, _> (it becomes pd:<name>)."
+            f"{host}: {label('name')}={name!r} is not a program name for an instance of role {role}: use "
+            f"{role} or {role}-<letters, digits, _> (it becomes pd:<name>)."
         )
     errors += _gpu_errors(host, entry.get("gpus"), label, gpu_count)
     errors += _tp_errors(host, entry, label)
