@@ -124,7 +124,9 @@ def variant_hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     "appliance_root": str(base / v["name"]), "serving_variant": v}
         for v in lab_variants()
     }  # fmt: skip
-    groups = {role: {"hosts": dict.fromkeys(hosts)} for role in ("prefill", "decode", "router")}
+    # No router group: a router routes over every host's instances, and the candidates mix PD layouts
+    # with aggregated ones (one router mode per deployment). Only the worker commands are parsed.
+    groups = {role: {"hosts": dict.fromkeys(hosts)} for role in ("prefill", "decode")}
     (inventory / "hosts.yml").write_text(
         yaml.safe_dump({"pd_appliance": {"children": groups, "hosts": hosts}})
     )

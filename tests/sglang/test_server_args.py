@@ -207,8 +207,25 @@ def test_every_lab_variant_renders_command_lines_sglangs_parser_accepts(
         name: len(v.get("vars", {}).get("serving_instances") or [None, None]) for name, v in variants.items()
     }
     assert len(commands) == sum(workers.values())
-    for label, verdict in check_rendered(real, commands).items():
+    verdicts = check_rendered(real, commands)
+    for label, verdict in verdicts.items():
         assert verdict.ok, f"SGLang {SGLANG_VERSION} refuses {commands[label].label()}: {verdict.message}"
+    # The aggregated candidates: SGLang's own default mode "null" (one engine does prefill and decode),
+    # no PD flag at all, both phases' CUDA graphs; the rehearsal engine reads them alike.
+    aggregated = {k: c for k, c in commands.items() if k.startswith("agg-")}
+    assert sorted(aggregated) == [
+        "agg-2x-tp4/aggregated-0", "agg-2x-tp4/aggregated-1", "agg-4x-tp2/aggregated-0",
+        "agg-4x-tp2/aggregated-1", "agg-4x-tp2/aggregated-2", "agg-4x-tp2/aggregated-3",
+    ]  # fmt: skip
+    for label, command in aggregated.items():
+        assert verdicts[label].values["disaggregation_mode"] == "null", label
+        assert not [w for w in command.argv if w.startswith("--disaggregation")], label
+        assert "--cuda-graph-max-bs-decode" in command.argv, label
+        config, _ = engine_cli.config_from_args(command.argv)
+        assert {f: getattr(config, a) for f, a in ENGINE_FIELDS.items()} == verdicts[label].values, label
+    assert {k: c.argv[c.argv.index("--tp-size") + 1] for k, c in aggregated.items() if "4x-tp2" in k} == {
+        f"agg-4x-tp2/aggregated-{i}": "2" for i in range(4)
+    }
     deployed = _workers(lab)["root/decode"].argv
     # Each candidate's overrides reach the command line or the environment, and nothing else changes.
     decode = {name: commands[f"{name}/decode"].argv for name in variants if f"{name}/decode" in commands}
