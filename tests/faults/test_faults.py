@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 import urllib.request
 from typing import Any
@@ -23,6 +24,7 @@ from pd_appliance.bench.client import Endpoint, wait_ready
 from pd_appliance.bench.faults import LoadSpec, kill_program, measure, restart_supervisord
 from pd_appliance.serving.apply import connect
 from pd_appliance.serving.readiness import check
+from pd_testlib import reserve_ports
 
 pytestmark = pytest.mark.slow
 
@@ -201,3 +203,44 @@ def test_a_decode_restart_of_the_labs_length_is_ridden_out_within_the_grace(
     assert r["failed"] == r["failed_in_flight"] <= r["in_flight"]
     assert r["recovered_s"] is not None and spent[-1] <= r["recovered_s"] < grace
     assert r["ready_again_s"] is not None and spent[-1] <= r["ready_again_s"] < grace
+
+
+# Last in this file: it switches the package's deployment to aggregated replicas (a serving variant,
+# as the tuner applies one) and back to the inventory's PD layout, which test_reference.py expects.
+AGGREGATED_ROW = "SIGKILL pd:aggregated-0 (2 aggregated TP4 replicas, smg regular mode)"
+
+
+def test_a_killed_aggregated_replica_costs_only_what_was_in_flight_on_it(
+    deployment: Deployment, fault_report: dict[str, Any]
+) -> None:
+    first, second = reserve_ports(2)
+    layout = [
+        {"role": "aggregated", "gpus": [0, 1, 2, 3], "tp_size": 4, "port": first},
+        {"role": "aggregated", "gpus": [4, 5, 6, 7], "tp_size": 4, "port": second},
+    ]
+    variant = {"name": "agg-2x-tp4", "vars": {"serving_instances": layout}}
+    try:
+        switched = deployment.converge("-e", json.dumps({"serving_variant": variant}))
+        assert switched.returncode == 0, switched.stdout[-5000:]
+        assert sorted(deployment.programs()) == ["aggregated-0", "aggregated-1", "router"]
+        pid_before = deployment.programs()["aggregated-0"]["pid"]
+        r = _run(
+            deployment,
+            fault_report,
+            AGGREGATED_ROW,
+            lambda: kill_program(deployment.serverurl, "aggregated-0"),
+        )
+        assert deployment.programs()["aggregated-0"]["pid"] != pid_before, "supervisor did not restart it"
+        sent_after = r["sent"] - sum(1 for start, _, _ in r["timeline"]["requests"] if start < 0)
+        # As for a PD worker: only requests streaming from the killed replica fail; smg's retries carry
+        # every later one (to the other replica, or to this one once it is back).
+        assert r["failed_after"] == 0, r["errors"]
+        assert r["served_after"] == sent_after > 0
+        assert r["failed"] == r["failed_in_flight"] <= r["in_flight"]
+        assert r["recovered_s"] is not None and r["recovered_s"] <= WORKER_BOUND_S
+        # Readiness: the other replica answers all along, so the appliance stays ready.
+        assert all(ready for _, ready in r["timeline"]["readiness"]), r["timeline"]["readiness"][:40]
+    finally:
+        back = deployment.converge()
+        assert back.returncode == 0, back.stdout[-5000:]
+        assert sorted(deployment.programs()) == ["decode", "prefill", "router"]
