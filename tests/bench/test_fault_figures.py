@@ -55,9 +55,17 @@ def test_recovery_counts_only_requests_sent_after_the_last_failure() -> None:
 
 def test_each_fault_names_what_it_needs(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["--fault", "kill:decode"], ["--fault", "restart:unit"],
-                 ["--fault", "restart:supervisord", "--serverurl", "unix:///x.sock"]):  # fmt: skip
+                 ["--fault", "restart:supervisord", "--serverurl", "unix:///x.sock"],
+                 ["--fault", "kill:decoder", "--serverurl", "unix:///x.sock"]):  # fmt: skip
         assert faults.main(["--router", "http://127.0.0.1:1", *argv]) == 2
         assert "restart:unit with --unit" in capsys.readouterr().err
+
+
+def test_any_program_of_group_pd_can_be_killed_by_name() -> None:
+    for name in ("prefill", "decode-1", "aggregated-0", "aggregated-big", "router"):
+        assert faults.PROGRAM.match(name), name
+    for name in ("decoder", "monitor", "aggregated-", ""):
+        assert not faults.PROGRAM.match(name), name
 
 
 def test_restart_unit_stops_then_starts_the_unit_through_systemctl(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,8 @@
         --serverurl unix:///opt/pd-appliance/run/pd-appliance/supervisor.sock --fault kill:decode \
         [--rate 10 --duration-s 20 --fault-at-s 5 --max-tokens 32] [--out result.json]
 
-Faults: kill:<program> (SIGKILL of pd:<program>'s process; supervisor restarts it),
+Faults: kill:<program> (SIGKILL of pd:<program>'s process, e.g. decode, decode-1, aggregated-0,
+router; supervisor restarts it),
 restart:supervisord (where supervisord runs without systemd: pd:router stopped, supervisord shut
 down, as the systemd unit stops it, then --start-command), and restart:unit (`systemctl stop` then
 `systemctl start` of --unit, e.g. pd-appliance-supervisor: the unit's own ExecStop and KillMode do
@@ -37,6 +38,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -52,6 +54,9 @@ import aiohttp
 
 from pd_appliance.bench.client import build_payload, stream_request
 from pd_appliance.bench.workload import API_PATHS
+
+# A program of group pd (pd_appliance.serving.topology's names): a worker instance, or the router.
+PROGRAM = re.compile(r"^((prefill|decode|aggregated)(-[A-Za-z0-9_]+)?|router)$")
 
 
 @dataclass(frozen=True)
@@ -276,7 +281,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="dsv4-flash")
     parser.add_argument("--serverurl", default="", help="supervisord's URL (kill, restart:supervisord)")
     parser.add_argument("--fault", required=True,
-                        help="kill:prefill|decode|router, restart:supervisord or restart:unit")  # fmt: skip
+                        help="kill:<program> (prefill, decode-1, aggregated-0, router, ...), "
+                             "restart:supervisord or restart:unit")  # fmt: skip
     parser.add_argument("--start-command", default="", help="how supervisord is started again")
     parser.add_argument("--unit", default="", help="restart:unit: the systemd unit that runs supervisord")
     parser.add_argument("--api-key-env", default="", help="environment variable holding the router's key")
@@ -293,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     kind, _, target = args.fault.partition(":")
-    if kind == "kill" and target in ("prefill", "decode", "router") and args.serverurl:
+    if kind == "kill" and PROGRAM.match(target) and args.serverurl:
 
         def inject() -> float:
             return kill_program(args.serverurl, target)
@@ -309,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return restart_unit(args.unit)
 
     else:
-        print(f"pd-faults: --fault {args.fault!r}: give kill:<prefill|decode|router> with --serverurl, "
+        print(f"pd-faults: --fault {args.fault!r}: give kill:<program of group pd> with --serverurl, "
               "restart:supervisord with --serverurl and --start-command, or restart:unit with --unit",
               file=sys.stderr)  # fmt: skip
         return 2
