@@ -69,6 +69,8 @@ LONGEST_FIRST = (
     "tests/releases/test_release_rehearsal.py",
     "tests/validation/test_ab_rehearsal.py",
     "tests/serving/test_topology_rehearsal.py",
+    "tests/serving/test_aggregated_rehearsal.py",
+    "tests/validation/test_topology_choice_rehearsal.py",
     "sglang-parser",
     "tests/containers/test_lab_failures.py",
     "tests/serving/test_rehearsal_serving.py",
