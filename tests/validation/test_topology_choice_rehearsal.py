@@ -14,6 +14,8 @@ own engines: `decode` for a PD layout's decode, `aggregated` for the aggregated 
    deployed now (the adopted aggregated layout, 4 ms): PD is faster, the tuner adopts it, smg is back
    in PD mode and the aggregated programs are gone.
 3. A later plain serve run keeps the adopted PD layout: nothing restarts.
+After step 1, `playbooks/day2/status.yml` reports the adopted layout's programs (aggregated-0/1), as
+every day-2 play acts on what runs.
 """
 
 from __future__ import annotations
@@ -118,6 +120,13 @@ def test_the_tuner_picks_aggregated_replicas_when_faster_and_pd_when_that_is_fas
         router_conf = (conf_d / "router.conf").read_text()
         assert "--worker-urls" in router_conf and "--pd-disaggregation" not in router_conf
         assert not (conf_d / "prefill.conf").exists() and not (conf_d / "decode.conf").exists()
+        # Day 2 acts on what runs: status names the adopted layout's programs (playbooks/served_layout.yml),
+        # not the inventory's prefill and decode, which no longer exist.
+        status = run_playbook("playbooks/day2/status.yml", rehearsal_inventory_copy, "-e", json.dumps(common))
+        assert status.returncode == 0, status.stdout[-3000:]
+        flat = " ".join(status.stdout.split())
+        assert "aggregated-0" in flat and "aggregated-1" in flat, flat[-3000:]
+        assert "ABSENT" not in flat, flat[-3000:]
 
         # 2. Now PD is the faster one: adopted over the aggregated layout in force, smg back in PD mode.
         report = tune(pd, "to-pd")
