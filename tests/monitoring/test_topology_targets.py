@@ -28,15 +28,19 @@ LAYOUT = [
 ]
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("monitor-topology")
+def render_monitoring(base: Path, layout: list[dict]) -> Path:
+    """The monitor stage rendered (not started) for `layout` under `base`; its config directory."""
     variables = base / "vars.json"
     variables.write_text(json.dumps({"appliance_root": str(base / "root"), "monitoring_render_only": True,
-                                     "serving_instances": LAYOUT}))  # fmt: skip
+                                     "serving_instances": layout}))  # fmt: skip
     done = run_playbook("playbooks/monitor.yml", "inventory/rehearsal", "-e", f"@{variables}", timeout=300)
     assert done.returncode == 0, done.stdout[-4000:]
     return base / "root" / "etc" / "pd-appliance"
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    return render_monitoring(tmp_path_factory.mktemp("monitor-topology"), LAYOUT)
 
 
 def test_prometheus_scrapes_every_instance_with_its_program_name(rendered: Path) -> None:
@@ -75,13 +79,7 @@ AGGREGATED = [
 
 @pytest.fixture(scope="module")
 def rendered_aggregated(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("monitor-aggregated")
-    variables = base / "vars.json"
-    variables.write_text(json.dumps({"appliance_root": str(base / "root"), "monitoring_render_only": True,
-                                     "serving_instances": AGGREGATED}))  # fmt: skip
-    done = run_playbook("playbooks/monitor.yml", "inventory/rehearsal", "-e", f"@{variables}", timeout=300)
-    assert done.returncode == 0, done.stdout[-4000:]
-    return base / "root" / "etc" / "pd-appliance"
+    return render_monitoring(tmp_path_factory.mktemp("monitor-aggregated"), AGGREGATED)
 
 
 def test_aggregated_replicas_are_scraped_and_alerted_on_as_smgs_one_worker_type(

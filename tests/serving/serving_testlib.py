@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pd_testlib import reap, run_playbook
+from pd_testlib import private_artifacts, reap, reserve_ports, run_playbook
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Deployment:
     def pids(self) -> dict[str, int]:
         out = {}
         for line in self.ctl("status").stdout.splitlines():
-            match = re.match(r"^pd:(\w+)\s+RUNNING\s+pid (\d+)", line)
+            match = re.match(r"^pd:([\w-]+)\s+RUNNING\s+pid (\d+)", line)
             if match:
                 out[match.group(1)] = int(match.group(2))
         return out
@@ -47,6 +47,35 @@ class Deployment:
 # The router's (and, as smg forwards it, the workers') API key in these tests, set by -e so that no
 # key is generated into the checkout's artifacts/credentials.
 API_KEY = "serving-test-router-key-7d1f"
+
+
+@dataclass
+class Layouts:
+    """A private deployment and the reserved ports its test's layouts put instances on."""
+
+    deployment: Deployment
+    ports: list[int]
+
+    def pids(self) -> dict[str, int]:
+        return self.deployment.pids()
+
+
+def private_deployment(base: Path, worker_ports: int) -> tuple[Deployment, list[int]]:
+    """A rehearsal deployment of its own under `base` (install root, artifacts, reserved router and
+    monitoring ports: preflight checks the monitor stage's too), not converged yet, and
+    `worker_ports` more reserved ports for the layout's instances."""
+    router, metrics, prometheus, node, gpu, *ports = reserve_ports(5 + worker_ports)
+    variables = {
+        "appliance_root": str(base / "root"), "appliance_tools_venv": sys.prefix,
+        "appliance_router_venv": sys.prefix, "serving_router_port": router,
+        "serving_router_metrics_port": metrics, "serving_router_api_key": API_KEY, **private_artifacts(base),
+        "monitoring_prometheus_port": prometheus, "monitoring_node_exporter_port": node,
+        "monitoring_gpu_exporter_port": gpu,
+    }  # fmt: skip
+    vars_file = base / "vars.json"
+    vars_file.write_text(json.dumps(variables))
+    deployment = Deployment(base / "root", vars_file, f"http://127.0.0.1:{router}", None)  # type: ignore[arg-type]
+    return deployment, ports
 
 
 def _post(

@@ -18,15 +18,14 @@ import shlex
 import subprocess
 import sys
 import urllib.request
-from dataclasses import dataclass
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from serving_testlib import API_KEY, Deployment, _changed, _post, _stop_everything
+from serving_testlib import API_KEY, Layouts, _changed, _post, _stop_everything, private_deployment
 from supervisor.options import UnhosedConfigParser
 
-from pd_testlib import private_artifacts, reserve_ports, run_playbook
+from pd_testlib import run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -34,11 +33,7 @@ REQUESTS = 12
 CONF_D = "etc/pd-appliance/supervisor/conf.d"
 
 
-@dataclass
-class Aggregated:
-    deployment: Deployment
-    ports: list[int]
-
+class Aggregated(Layouts):
     def layout(self) -> list[dict]:
         p = self.ports
         return [
@@ -56,14 +51,6 @@ class Aggregated:
     def play(self, playbook: str, **extra: object) -> subprocess.CompletedProcess:
         return run_playbook(playbook, "inventory/rehearsal", "-e", f"@{self.deployment.vars_file}",
                             "-e", json.dumps(extra), timeout=900)  # fmt: skip
-
-    def pids(self) -> dict[str, int]:
-        out = {}
-        for line in self.deployment.ctl("status").stdout.splitlines():
-            match = re.match(r"^pd:([\w-]+)\s+RUNNING\s+pid (\d+)", line)
-            if match:
-                out[match.group(1)] = int(match.group(2))
-        return out
 
     def command(self, program: str) -> list[str]:
         parser = UnhosedConfigParser()
@@ -103,19 +90,7 @@ def stream(router: str) -> tuple[int, list[dict]]:
 
 @pytest.fixture(scope="module")
 def aggregated(tmp_path_factory):
-    base = tmp_path_factory.mktemp("aggregated")
-    root = base / "root"
-    router, metrics, prometheus, node, gpu, *ports = reserve_ports(10)
-    variables = {
-        "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
-        "serving_router_port": router, "serving_router_metrics_port": metrics,
-        "serving_router_api_key": API_KEY, **private_artifacts(base),
-        "monitoring_prometheus_port": prometheus, "monitoring_node_exporter_port": node,
-        "monitoring_gpu_exporter_port": gpu,
-    }  # fmt: skip
-    vars_file = base / "vars.json"
-    vars_file.write_text(json.dumps(variables))
-    deployment = Deployment(root, vars_file, f"http://127.0.0.1:{router}", None)  # type: ignore[arg-type]
+    deployment, ports = private_deployment(tmp_path_factory.mktemp("aggregated"), 5)
     current = Aggregated(deployment, ports)
     seen: set[int] = set()
     try:
@@ -128,7 +103,7 @@ def aggregated(tmp_path_factory):
         yield current
     finally:
         seen |= set(current.pids().values())
-        _stop_everything(root, deployment.conf, seen)
+        _stop_everything(deployment.root, deployment.conf, seen)
 
 
 def test_two_aggregated_engines_serve_a_streamed_request_through_smg_regular_mode(

@@ -13,26 +13,20 @@ import concurrent.futures
 import json
 import re
 import subprocess
-import sys
 import urllib.request
-from dataclasses import dataclass
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving_testlib import API_KEY, Deployment, _changed, _post, _stop_everything
+from serving_testlib import Layouts, _changed, _post, _stop_everything, private_deployment
 
-from pd_testlib import private_artifacts, reserve_ports, run_playbook
+from pd_testlib import run_playbook
 
 pytestmark = pytest.mark.slow
 
 REQUESTS = 24
 
 
-@dataclass
-class Layout:
-    deployment: Deployment
-    ports: list[int]
-
+class Layout(Layouts):
     def one_p_three_d(self) -> list[dict]:
         p = self.ports
         return [
@@ -60,14 +54,6 @@ class Layout:
 
     def converge(self, layout: list[dict]) -> subprocess.CompletedProcess:
         return self.play("playbooks/serve.yml", layout)
-
-    def pids(self) -> dict[str, int]:
-        out = {}
-        for line in self.deployment.ctl("status").stdout.splitlines():
-            match = re.match(r"^pd:([\w-]+)\s+RUNNING\s+pid (\d+)", line)
-            if match:
-                out[match.group(1)] = int(match.group(2))
-        return out
 
 
 def requests_served(port: int) -> float:
@@ -101,20 +87,8 @@ def spread(layout: list[dict], names: list[str], router: str) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory):
-    base = tmp_path_factory.mktemp("topology")
-    root = base / "root"
-    router, metrics, prometheus, node, gpu, *ports = reserve_ports(12)
-    variables = {
-        "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
-        "serving_router_port": router, "serving_router_metrics_port": metrics,
-        "serving_router_api_key": API_KEY, **private_artifacts(base),
-        # preflight (test_preflight_passes_the_layouts) checks the monitor stage's ports too.
-        "monitoring_prometheus_port": prometheus, "monitoring_node_exporter_port": node,
-        "monitoring_gpu_exporter_port": gpu,
-    }  # fmt: skip
-    vars_file = base / "vars.json"
-    vars_file.write_text(json.dumps(variables))
-    deployment = Deployment(root, vars_file, f"http://127.0.0.1:{router}", None)  # type: ignore[arg-type]
+    # preflight (test_preflight_passes_the_layouts) checks the monitor stage's ports too.
+    deployment, ports = private_deployment(tmp_path_factory.mktemp("topology"), 7)
     current = Layout(deployment, ports)
     seen: set[int] = set()
     try:
@@ -124,7 +98,7 @@ def layout(tmp_path_factory):
         yield current
     finally:
         seen |= set(current.pids().values())
-        _stop_everything(root, deployment.conf, seen)
+        _stop_everything(deployment.root, deployment.conf, seen)
 
 
 def test_one_prefill_three_decodes_each_serve_their_share(layout: Layout) -> None:

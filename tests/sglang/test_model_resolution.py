@@ -71,6 +71,19 @@ def _sglang_env(conf: Path, program: str, command_words: list[str]) -> dict[str,
     return env
 
 
+# Flags whose values only place an engine (where it listens): two command lines that differ in these
+# alone resolve alike (SGLang's model config and quant methods do not read them), so each is asked once.
+PLACEMENT_FLAGS = ("--host", "--port", "--disaggregation-bootstrap-port")
+
+
+def _resolution_key(argv: list[str]) -> tuple[str, ...]:
+    words = list(argv)
+    for flag in PLACEMENT_FLAGS:
+        if flag in words:
+            del words[words.index(flag) : words.index(flag) + 2]
+    return tuple(words)
+
+
 def _with_model(argv: list[str], model: Path) -> list[str]:
     out = list(argv)
     out[out.index("--model-path") + 1] = str(model)
@@ -109,11 +122,15 @@ def resolved(real: RealSGLang, lab: Path, two_hosts: Path, variant_hosts: Path, 
     answers: dict = {}
     platform: dict = {}
     for env_json, labels in sorted(groups.items()):
-        argvs = [_with_model(commands[label].argv, checkpoint) for label in labels]
+        keys = {label: _resolution_key(commands[label].argv) for label in labels}
+        asked = {key: label for label, key in reversed(keys.items())}  # the first label of each key
+        argvs = [_with_model(commands[label].argv, checkpoint) for label in asked.values()]
         result = real.resolve(argvs, LAB_GPU, json.loads(env_json))
         platform = result["platform"]
-        for label, answer in zip(labels, result["answers"], strict=True):
-            answers[label] = dict(answer, env=json.loads(env_json))
+        by_key = dict(zip(asked, result["answers"], strict=True))
+        for label, key in keys.items():
+            argv = _with_model(commands[label].argv, checkpoint)
+            answers[label] = dict(by_key[key], argv=argv, env=json.loads(env_json))
     RECORD_DIR.mkdir(parents=True, exist_ok=True)
     ordered = sorted(answers.items())
     (RECORD_DIR / "resolution.json").write_text(
