@@ -35,6 +35,7 @@ from typing import Any
 from pd_appliance.release.errors import ReleaseError
 from pd_appliance.release.record import ROUTER
 from pd_appliance.serving import apply as serving_apply
+from pd_appliance.serving.polling import poll
 
 FAILED_STATES = {"FATAL", "BACKOFF", "EXITED"}
 
@@ -90,20 +91,21 @@ def wait_healthy(
     fetch: Callable[[str], int] | None = None,
 ) -> float:
     """Seconds until `url` answered 2xx; ReleaseError when the program fails or the time runs out."""
-    fetch = fetch or _status_of
-    started = time.monotonic()
-    while True:
-        state = server.supervisor.getProcessInfo(full_name)["statename"]
-        if state in FAILED_STATES:
-            raise ReleaseError(
-                f"{full_name} went {state} while restarting onto the new release; `supervisorctl tail"
-                f" {full_name}` shows why, and the programs not yet restarted still run the old one"
-            )
-        if state == "RUNNING" and 200 <= fetch(url) < 300:
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout_s:
-            raise ReleaseError(f"{full_name} did not answer {url} within {timeout_s:.0f} s after its restart")
-        time.sleep(interval_s)
+    status_of = fetch or _status_of
+
+    def look() -> tuple[str, int]:
+        state = str(server.supervisor.getProcessInfo(full_name)["statename"])
+        return state, (status_of(url) if state == "RUNNING" else 0)
+
+    polled = poll(look, lambda seen: seen[0] in FAILED_STATES or 200 <= seen[1] < 300, timeout_s, interval_s)
+    if polled.seen[0] in FAILED_STATES:
+        raise ReleaseError(
+            f"{full_name} went {polled.seen[0]} while restarting onto the new release; `supervisorctl tail"
+            f" {full_name}` shows why, and the programs not yet restarted still run the old one"
+        )
+    if not polled.settled:
+        raise ReleaseError(f"{full_name} did not answer {url} within {timeout_s:.0f} s after its restart")
+    return polled.waited_s
 
 
 def _status_of(url: str) -> int:

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pd_appliance.serving.day2 import probe
+from pd_appliance.serving.polling import poll
 
 # Roles that must each have one answering worker (SGLang PD: a request needs both legs).
 ROLES = ("prefill", "decode")
@@ -133,13 +134,8 @@ def wait(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Look until ready or `wait_s` passed; the last look, with how long it took to get there."""
-    start = clock()
-    while True:
-        result = look()
-        result["waited_s"] = round(clock() - start, 1)
-        if result["ready"] or clock() - start >= wait_s:
-            return result
-        sleep(interval_s)
+    polled = poll(look, lambda result: bool(result["ready"]), wait_s, interval_s, clock, sleep)
+    return {**polled.seen, "waited_s": round(polled.waited_s, 1)}
 
 
 def _parser() -> argparse.ArgumentParser:

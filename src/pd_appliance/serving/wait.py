@@ -31,6 +31,7 @@ from typing import Any
 
 from pd_appliance.serving.apply import connect
 from pd_appliance.serving.day2 import probe
+from pd_appliance.serving.polling import poll
 from pd_appliance.serving.startup_log import record_program
 
 FAILED_STATES = frozenset({"BACKOFF", "FATAL", "EXITED", "STOPPED", "UNKNOWN"})
@@ -65,24 +66,28 @@ def wait(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Poll until RUNNING and healthy (ok), a failed state, or the timeout; return what was seen."""
-    start = clock()
-    while True:
+
+    def look() -> tuple[str, str, dict[str, Any]]:
         statename, description = state()
-        checked = health() if statename in ("RUNNING", "STARTING") else {}
-        result = {
-            "state": statename,
-            "description": description,
-            "health": checked,
-            "waited_s": round(clock() - start, 1),
-        }
-        if statename in FAILED_STATES:
-            return {**result, "ok": False, "reason": f"supervisor reports {statename} ({description})"}
-        if statename == "RUNNING" and checked.get("status") == 200:
-            return {**result, "ok": True}
-        if clock() - start >= timeout_s:
-            seen = checked.get("status", checked.get("error", "no answer"))
-            return {**result, "ok": False, "reason": f"not healthy after {timeout_s:.0f} s (health: {seen})"}
-        sleep(interval_s)
+        return statename, description, (health() if statename in ("RUNNING", "STARTING") else {})
+
+    def settled(seen: tuple[str, str, dict[str, Any]]) -> bool:
+        return seen[0] in FAILED_STATES or (seen[0] == "RUNNING" and seen[2].get("status") == 200)
+
+    polled = poll(look, settled, timeout_s, interval_s, clock, sleep)
+    statename, description, checked = polled.seen
+    result = {
+        "state": statename,
+        "description": description,
+        "health": checked,
+        "waited_s": round(polled.waited_s, 1),
+    }
+    if statename in FAILED_STATES:
+        return {**result, "ok": False, "reason": f"supervisor reports {statename} ({description})"}
+    if polled.settled:
+        return {**result, "ok": True}
+    seen = checked.get("status", checked.get("error", "no answer"))
+    return {**result, "ok": False, "reason": f"not healthy after {timeout_s:.0f} s (health: {seen})"}
 
 
 def wait_program(
