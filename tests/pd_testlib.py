@@ -34,6 +34,8 @@ def ansible_env() -> dict[str, str]:
     env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
     env["ANSIBLE_NOCOLOR"] = "1"
     env["ANSIBLE_FORCE_COLOR"] = "0"
+    # The rehearsal's service user is $USER (inventory/rehearsal's overlay); a CI shell may not set it.
+    env.setdefault("USER", "root" if os.geteuid() == 0 else os.getlogin())
     return env
 
 

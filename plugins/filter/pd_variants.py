@@ -46,7 +46,7 @@ def _argument_errors(variant_list: Any, spec: Any, where: str = "validation_vari
         values = variant.get("vars") if isinstance(variant, dict) else None
         if not isinstance(values, dict):
             continue
-        subset = {name: option for name, option in (spec or {}).items() if name in values}
+        subset = {name: option for name, option in spec.items() if name in values}
         result = ArgumentSpecValidator(subset).validate(dict(values), validate_role_argument_spec=True)
         errors += [f"{where}[{variant.get('name')}].vars: {message}" for message in result.error_messages]
     return errors

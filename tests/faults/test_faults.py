@@ -18,13 +18,13 @@ import urllib.request
 from typing import Any
 
 import pytest
-from fault_deployment import Deployment
 
 from pd_appliance.bench.client import Endpoint, wait_ready
 from pd_appliance.bench.faults import LoadSpec, kill_program, measure, restart_supervisord
 from pd_appliance.serving.apply import connect
 from pd_appliance.serving.readiness import check
 from pd_testlib import reserve_ports
+from rehearsal_deployment import Deployment
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,10 @@ import time
 from typing import Any
 
 import pytest
-from fault_deployment import Deployment
 
 from pd_appliance.bench.faults import LoadSpec, kill_program, measure
 from pd_appliance.serving.apply import connect
+from rehearsal_deployment import Deployment
 
 pytestmark = [
     pytest.mark.slow,

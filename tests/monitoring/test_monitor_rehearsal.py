@@ -13,17 +13,17 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from monitoring_testlib import ROOT
 
-from pd_testlib import private_artifacts, rehearsal_ports, run_playbook
+from pd_appliance.serving.polling import poll
+from pd_testlib import run_playbook
+from rehearsal_deployment import PD_PORTS, Deployment, private_deployment
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,25 +53,26 @@ def _post(url: str, body: dict[str, Any]) -> int:
 
 
 def _until(what: str, check: Callable[[], Any], timeout: float = WAIT_S) -> Any:
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
+    """What `check` returns once it is truthy; an OSError counts as not yet (a port still opening)."""
+
+    def look() -> Any:
         try:
-            last = check()
+            return check()
         except OSError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not within {timeout:.0f} s (last: {last!r})")
+            return exc
+
+    polled = poll(look, lambda seen: bool(seen) and not isinstance(seen, OSError), timeout, 0.5)
+    if not polled.settled:
+        raise AssertionError(f"{what} not within {timeout:.0f} s (last: {polled.seen!r})")
+    return polled.seen
 
 
-class Deployment:
-    def __init__(self, root: Path, vars_file: Path, ports: dict[str, int]) -> None:
-        self.root, self.vars_file, self.ports = root, vars_file, ports
-        self.prometheus = f"http://127.0.0.1:{ports['monitoring_prometheus_port']}"
-        self.router = f"http://127.0.0.1:{ports['serving_router_port']}"
-        self.conf = root / "etc/pd-appliance/supervisor/supervisord.conf"
+class Monitored(Deployment):
+    """The deployment with its Prometheus: instant queries and firing alerts."""
+
+    @property
+    def prometheus(self) -> str:
+        return f"http://127.0.0.1:{json.loads(self.vars_file.read_text())['monitoring_prometheus_port']}"
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         data = _get(f"{self.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
@@ -82,51 +83,36 @@ class Deployment:
         alerts = _get(f"{self.prometheus}/api/v1/alerts")["data"]["alerts"]
         return [a for a in alerts if a["labels"]["alertname"] == alert and a["state"] == "firing"]
 
-    def ctl(self, *args: str) -> str:
-        import subprocess
-        import sys
-
-        binary = Path(sys.executable).parent / "supervisorctl"
-        done = subprocess.run([str(binary), "-c", str(self.conf), *args], capture_output=True, text=True,
-                              timeout=60, check=False)  # fmt: skip
+    def said(self, *args: str) -> str:
+        """supervisorctl's answer, both streams."""
+        done = self.ctl(*args)
         return done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    import sys
-
-    base = tmp_path_factory.mktemp("monitor-rehearsal")
-    ports = rehearsal_ports()
-    variables = {
-        **private_artifacts(base), "appliance_root": str(base / "root"), "appliance_tools_venv": sys.prefix,
-        "appliance_router_venv": sys.prefix, **ports, "serving_router_api_key": ROUTER_KEY,
-        # Test settings: scrape and evaluate every second, call a worker down after 3 s.
+    # Test settings: scrape and evaluate every second, call a worker down after 3 s.
+    fast = {
         "monitoring_prometheus_scrape_interval": "1s",
-        "monitoring_prometheus_evaluation_interval": "1s", "monitoring_alert_worker_down_for": "3s",
-    }  # fmt: skip
-    vars_file = base / "vars.json"
-    vars_file.write_text(json.dumps(variables))
-    dep = Deployment(base / "root", vars_file, ports)
+        "monitoring_prometheus_evaluation_interval": "1s",
+        "monitoring_alert_worker_down_for": "3s",
+    }
+    base = tmp_path_factory.mktemp("monitor-rehearsal")
+    dep, _ = private_deployment(base, named_ports=PD_PORTS, api_key=ROUTER_KEY, variables=fast)
+    dep = Monitored(dep.root, dep.vars_file, dep.router, dep.api_key)
     try:
-        first = run_playbook("playbooks/serve.yml", "inventory/rehearsal", "-e", f"@{vars_file}", timeout=900)
+        first = dep.converge()
         assert first.returncode == 0, first.stdout[-5000:]
-        monitor = run_playbook(
-            "playbooks/monitor.yml", "inventory/rehearsal", "-e", f"@{vars_file}", timeout=600
-        )
+        monitor = dep.play("playbooks/monitor.yml")
         assert monitor.returncode == 0, monitor.stdout[-5000:]
         yield dep
     finally:
-        print(dep.ctl("status"))
-        dep.ctl("shutdown")
-        pidfile = dep.root / "run/pd-appliance/supervisord.pid"
-        _until_gone = time.monotonic() + 60
-        while pidfile.exists() and time.monotonic() < _until_gone:
-            time.sleep(0.5)
+        print(dep.said("status"))
+        dep.stop()
 
 
-def test_every_target_is_up(deployment: Deployment) -> None:
-    status = deployment.ctl("status", "monitor:*")
+def test_every_target_is_up(deployment: Monitored) -> None:
+    status = deployment.said("status", "monitor:*")
     assert status.count("RUNNING") == 3, status
     expected = {
         ("sglang", "prefill"),
@@ -145,7 +131,7 @@ def test_every_target_is_up(deployment: Deployment) -> None:
     _until("all six targets up", all_up)
 
 
-def test_gpu_series_are_the_simulated_gpus_labelled_by_role(deployment: Deployment) -> None:
+def test_gpu_series_are_the_simulated_gpus_labelled_by_role(deployment: Monitored) -> None:
     series = _until("GPU series", lambda: deployment.query("pd_gpu_up"))
     roles = {r["metric"]["gpu"]: r["metric"]["role"] for r in series}
     assert roles == {str(i): "prefill" if i < 4 else "decode" for i in range(8)}
@@ -153,7 +139,7 @@ def test_gpu_series_are_the_simulated_gpus_labelled_by_role(deployment: Deployme
     assert all(r["metric"]["host"] == "localhost" for r in series)
 
 
-def test_dashboard_metrics_exist_after_traffic_and_every_panel_query_runs(deployment: Deployment) -> None:
+def test_dashboard_metrics_exist_after_traffic_and_every_panel_query_runs(deployment: Monitored) -> None:
     for stream in (False, True, False, True):
         body = {"model": "dsv4-flash", "messages": [{"role": "user", "content": "hello monitoring"}],
                 "max_tokens": 16, "ignore_eos": True, "stream": stream}  # fmt: skip
@@ -183,24 +169,24 @@ def test_dashboard_metrics_exist_after_traffic_and_every_panel_query_runs(deploy
         deployment.query(expr.replace("$__rate_interval", "1m").replace("$host", ".*"))
 
 
-def test_worker_down_alert_fires_when_decode_stops_and_clears_when_it_is_back(deployment: Deployment) -> None:
+def test_worker_down_alert_fires_when_decode_stops_and_clears_when_it_is_back(deployment: Monitored) -> None:
     assert not deployment.firing("PDWorkerDown")
-    assert "stopped" in deployment.ctl("stop", "pd:decode")
+    assert "stopped" in deployment.said("stop", "pd:decode")
     try:
         firing = _until("PDWorkerDown firing", lambda: deployment.firing("PDWorkerDown"))
         assert [a["labels"]["role"] for a in firing] == ["decode"]
     finally:
-        assert "started" in deployment.ctl("start", "pd:decode")
+        assert "started" in deployment.said("start", "pd:decode")
     _until("PDWorkerDown cleared", lambda: not deployment.firing("PDWorkerDown") or None)
 
 
-def test_second_monitor_converge_changes_nothing(deployment: Deployment) -> None:
-    pids = deployment.ctl("status", "monitor:*")
+def test_second_monitor_converge_changes_nothing(deployment: Monitored) -> None:
+    pids = deployment.said("status", "monitor:*")
     second = run_playbook("playbooks/monitor.yml", "inventory/rehearsal", "-e", f"@{deployment.vars_file}",
                           timeout=600)  # fmt: skip
     assert second.returncode == 0, second.stdout[-4000:]
     match = re.search(r"localhost\s+: ok=\d+\s+changed=(\d+)", second.stdout)
     assert match and match.group(1) == "0", second.stdout[-6000:]
     assert [line.split("pid")[1].split(",")[0] for line in pids.splitlines()] == [
-        line.split("pid")[1].split(",")[0] for line in deployment.ctl("status", "monitor:*").splitlines()
+        line.split("pid")[1].split(",")[0] for line in deployment.said("status", "monitor:*").splitlines()
     ]

@@ -36,7 +36,7 @@ import pytest
 
 from pd_standins.sglang_wheel import build as build_standin
 from pd_standins.sglang_wheel import lock_entries
-from pd_testlib import private_artifacts, reap, reserve_ports, run_owned
+from pd_testlib import ansible_env, private_artifacts, reap, reserve_ports, run_owned
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -134,14 +134,6 @@ def build_assets(base: Path) -> Assets:
         series_standin=Path(standin["series_dir"]), pd_wheel=next(pd_wheel_dir.glob("pd_appliance-*.whl")),
         tools_venv=tools,
     )  # fmt: skip
-
-
-def ansible_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
-    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    env.setdefault("USER", "root" if os.geteuid() == 0 else os.getlogin())
-    return env
 
 
 @dataclass

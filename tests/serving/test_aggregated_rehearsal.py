@@ -22,10 +22,8 @@ import urllib.request
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from serving_testlib import API_KEY, Layouts, _changed, _post, _stop_everything, private_deployment
+from serving_testlib import API_KEY, Layouts, _changed, _post, private_deployment
 from supervisor.options import UnhosedConfigParser
-
-from pd_testlib import run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +47,7 @@ class Aggregated(Layouts):
         ]
 
     def play(self, playbook: str, **extra: object) -> subprocess.CompletedProcess:
-        return run_playbook(playbook, "inventory/rehearsal", "-e", f"@{self.deployment.vars_file}",
-                            "-e", json.dumps(extra), timeout=900)  # fmt: skip
+        return self.deployment.play(playbook, "-e", json.dumps(extra))
 
     def command(self, program: str) -> list[str]:
         parser = UnhosedConfigParser()
@@ -92,18 +89,15 @@ def stream(router: str) -> tuple[int, list[dict]]:
 def aggregated(tmp_path_factory):
     deployment, ports = private_deployment(tmp_path_factory.mktemp("aggregated"), 5)
     current = Aggregated(deployment, ports)
-    seen: set[int] = set()
     try:
         # The inventory's serving_instances stays the lab's PD default: the aggregated layout is a
         # variant, as the tuner applies one (an -e serving_instances would outrank any later variant).
         variant = {"name": "agg-2x-tp4", "vars": {"serving_instances": current.layout()}}
         deployment.first_run = current.play("playbooks/serve.yml", serving_variant=variant)
-        seen |= set(current.pids().values())
         assert deployment.first_run.returncode == 0, deployment.first_run.stdout[-5000:]
         yield current
     finally:
-        seen |= set(current.pids().values())
-        _stop_everything(deployment.root, deployment.conf, seen)
+        current.stop()
 
 
 def test_two_aggregated_engines_serve_a_streamed_request_through_smg_regular_mode(

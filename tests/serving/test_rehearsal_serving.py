@@ -14,14 +14,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from serving_testlib import API_KEY, Deployment, _changed, _post, _stop_everything
+from serving_testlib import Deployment, _changed, _post, private_deployment
 
-from pd_testlib import private_artifacts, reserve_ports, run_playbook
+from pd_testlib import run_playbook
+from rehearsal_deployment import PD_PORTS
 
 pytestmark = pytest.mark.slow
 
@@ -29,31 +29,14 @@ RESTART_BOUND_S = 45.0
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory, repo_root):
-    base = tmp_path_factory.mktemp("rehearsal")
-    root = base / "root"
-    prefill, decode, bootstrap, router, metrics = reserve_ports(5)
-    variables = {
-        "appliance_root": str(root), "appliance_tools_venv": sys.prefix, "appliance_router_venv": sys.prefix,
-        "serving_prefill_port": prefill, "serving_decode_port": decode, "serving_bootstrap_port": bootstrap,
-        "serving_router_port": router, "serving_router_metrics_port": metrics,
-        "serving_router_api_key": API_KEY, **private_artifacts(base),
-    }  # fmt: skip
-    vars_file = base / "vars.json"
-    vars_file.write_text(json.dumps(variables))
-    seen: set[int] = set()
-    dep = None
+def deployment(tmp_path_factory):
+    dep, _ = private_deployment(tmp_path_factory.mktemp("rehearsal"), named_ports=PD_PORTS)
     try:
-        first = run_playbook("playbooks/serve.yml", "inventory/rehearsal", "-e", f"@{vars_file}", timeout=900)
-        dep = Deployment(root, vars_file, f"http://127.0.0.1:{router}", first)
-        seen |= set(dep.pids().values())
-        assert first.returncode == 0, first.stdout[-5000:]
+        dep.first_run = dep.converge()
+        assert dep.first_run.returncode == 0, dep.first_run.stdout[-5000:]
         yield dep
-        seen |= set(dep.pids().values())
     finally:
-        if dep is not None:
-            seen |= set(dep.pids().values())
-        _stop_everything(root, root / "etc/pd-appliance/supervisor/supervisord.conf", seen)
+        dep.stop()
 
 
 def test_first_converge_runs_all_three_programs(deployment: Deployment) -> None:

@@ -17,9 +17,7 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving_testlib import Layouts, _changed, _post, _stop_everything, private_deployment
-
-from pd_testlib import run_playbook
+from serving_testlib import Layouts, _changed, _post, private_deployment
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +47,7 @@ class Layout(Layouts):
         """Run a playbook on the deployment with `layout` as serving_instances (and more -e values);
         None leaves serving_instances to the inventory (a variant may set it)."""
         values = json.dumps(({"serving_instances": layout} if layout is not None else {}) | extra)
-        return run_playbook(playbook, "inventory/rehearsal", "-e", f"@{self.deployment.vars_file}",
-                            "-e", values, timeout=900)  # fmt: skip
+        return self.deployment.play(playbook, "-e", values)
 
     def converge(self, layout: list[dict]) -> subprocess.CompletedProcess:
         return self.play("playbooks/serve.yml", layout)
@@ -90,15 +87,12 @@ def layout(tmp_path_factory):
     # preflight (test_preflight_passes_the_layouts) checks the monitor stage's ports too.
     deployment, ports = private_deployment(tmp_path_factory.mktemp("topology"), 7)
     current = Layout(deployment, ports)
-    seen: set[int] = set()
     try:
         deployment.first_run = current.converge(current.one_p_three_d())
-        seen |= set(current.pids().values())
         assert deployment.first_run.returncode == 0, deployment.first_run.stdout[-5000:]
         yield current
     finally:
-        seen |= set(current.pids().values())
-        _stop_everything(deployment.root, deployment.conf, seen)
+        current.stop()
 
 
 def test_one_prefill_three_decodes_each_serve_their_share(layout: Layout) -> None:
