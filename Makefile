@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 INVENTORY ?= inventory/rehearsal
-# The CPU build of torch that the kernel tests run under the Triton interpreter.
+# The CPU build of torch that the kernel tests (pd_kernels, installed editable from kernels/) run under
+# the Triton interpreter.
 KERNEL_TEST_DEPS ?= torch==2.13.0 triton==3.9.0
 # Pinned wheels the tests install or patch for real (downloaded once from PyPI or PIP_INDEX_URL).
 WHEEL_DIR ?= artifacts/wheels
@@ -19,12 +20,12 @@ venv: $(BIN)/.pd-installed
 # it), nothing else ever writes a .pyc, and every ansible-playbook, module and test process compiles
 # what it imports again (ansible's imports: 1.2 s without, 0.6 s with; the no-op re-run: 96 s -> 83 s).
 UV_VERSION ?= 0.13.9
-$(BIN)/.pd-installed: pyproject.toml standins/pyproject.toml
+$(BIN)/.pd-installed: pyproject.toml kernels/pyproject.toml standins/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q uv==$(UV_VERSION)
 	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python \
-	  $$($(BIN)/python src/pd_appliance/supply/pip_sources.py) -e '.[dev]' -e ./standins $(KERNEL_TEST_DEPS)
-	$(BIN)/python -m compileall -q -j 0 src plugins standins tests > /dev/null
+	  $$($(BIN)/python src/pd_appliance/supply/pip_sources.py) -e '.[dev]' -e ./kernels -e ./standins $(KERNEL_TEST_DEPS)
+	$(BIN)/python -m compileall -q -j 0 src kernels/src plugins standins tests > /dev/null
 	touch $@
 
 # The main job on the embedded default: site.yml against the rehearsal inventory.

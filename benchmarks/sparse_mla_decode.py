@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from pd_appliance.kernels import sparse_mla_decode as smd
-from pd_appliance.kernels.reference import (
+from pd_kernels import sparse_mla_decode as smd
+from pd_kernels.reference import (
     random_cache,
     random_indices,
     reference_decode,

@@ -8,7 +8,7 @@ module: sglang_versions
 short_description: Record the SGLang venv's component versions as host facts
 description:
   - Reads the SGLang venv's package metadata (no import of torch, no GPU needed) and sets
-    C(pd_sglang_versions) (sglang, torch, cuda, flashinfer, sgl-kernel, nixl, triton, pd-appliance;
+    C(pd_sglang_versions) (sglang, torch, cuda, flashinfer, sgl-kernel, nixl, triton, pd-kernels;
     None where absent) and C(pd_sglang_versions_missing) (the absent ones, by name).
 options:
   venv:

@@ -28,7 +28,8 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "sgl-kernel": ("sglang-kernel", "sgl-kernel"),
     "nixl": ("nixl-cu13", "nixl-cu12", "nixl"),
     "triton": ("triton",),
-    "pd-appliance": ("pd-appliance",),
+    # The appliance's kernels (kernels/, patch 0002's pd_splitkv); pd-appliance itself is not installed here.
+    "pd-kernels": ("pd-kernels",),
 }
 CUDA_RE = re.compile(r"^cuda\s*(?::[^=]+)?=\s*['\"]([^'\"]+)['\"]", re.MULTILINE)
 

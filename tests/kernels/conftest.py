@@ -1,7 +1,7 @@
 """Without a CUDA GPU the kernel tests run under the Triton interpreter on CPU tensors.
 
 TRITON_INTERPRET is read when a kernel is decorated, so it is set here, before any test module
-imports pd_appliance.kernels.sparse_mla_decode.
+imports pd_kernels.sparse_mla_decode.
 """
 
 import os

@@ -56,6 +56,6 @@ def test_patch_applies_to_the_pinned_wheel_and_compiles(tmp_path: Path) -> None:
         py_compile.compile(str(tmp_path / member), doraise=True)
     dispatch = (tmp_path / _targets()[0]).read_text()
     assert 'PD_SPLITKV_BACKEND = "pd_splitkv"' in dispatch
-    assert "from pd_appliance.kernels.sparse_mla_decode import sparse_mla_decode" in dispatch
+    assert "from pd_kernels.sparse_mla_decode import sparse_mla_decode" in dispatch
     model = (tmp_path / _targets()[1]).read_text()
     assert 'SGLANG_SM120_FLASHMLA_BACKEND.get() == "pd_splitkv"' in model

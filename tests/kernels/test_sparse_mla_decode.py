@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from pd_appliance.kernels import sparse_mla_decode as smd  # noqa: E402
-from pd_appliance.kernels.reference import (  # noqa: E402
+from pd_kernels import sparse_mla_decode as smd  # noqa: E402
+from pd_kernels.reference import (  # noqa: E402
     random_cache,
     random_indices,
     reference_decode,
@@ -169,7 +169,7 @@ def test_sm120_budget_from_compiled_kernel() -> None:
     """Every kernel variant compiled for sm_120 (no GPU needed): <= 99 KB shared per program, no spills."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
-        [sys.executable, "-m", "pd_appliance.kernels.resources", "--arch", "120"],
+        [sys.executable, "-m", "pd_kernels.resources", "--arch", "120"],
         capture_output=True, text=True, env=env, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

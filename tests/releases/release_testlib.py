@@ -12,7 +12,8 @@ extension, smg, and the rehearsal engine. What the test sets with -e and why:
   the CUDA stack (sglang, nixl-cu13, nixl): the release path is the lab's (the lock proven against the
   source, installed hash-checked), only without reaching PyPI for ~300 packages per venv
   (tests/sglang/test_provision_rehearsal.py proves the whole lock against PyPI);
-- the pd_appliance wheel (appliance_tools builds it in a lab run);
+- the pd-kernels wheel built without build isolation (the dev venv has setuptools; the sglang role builds
+  it from sglang_kernels_dir as in a lab run, only without fetching setuptools from the index);
 - a small validation workload.
 """
 
@@ -83,7 +84,6 @@ class Assets:
     series_real: Path
     series_changed: Path
     series_standin: Path
-    pd_wheel: Path
     tools_venv: Path
 
 
@@ -114,10 +114,6 @@ def build_assets(base: Path) -> Assets:
     (series_changed / "0099-release-rehearsal.patch").write_text(EXTRA_PATCH)
     with (series_changed / "series").open("a") as fh:
         fh.write("0099-release-rehearsal.patch\n")
-    pd_wheel_dir = base / "pd-wheel"
-    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    cmd += ["-w", str(pd_wheel_dir), str(ROOT)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
     tools = base / "tools"
     subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True, timeout=120)
     [site] = tools.glob("lib/python3*/site-packages")
@@ -131,8 +127,7 @@ def build_assets(base: Path) -> Assets:
     return Assets(
         base=base, wheelhouse=wheelhouse, lock_real=lock_real, lock_standin=Path(standin["lock_dir"]),
         series_real=ROOT / f"files/patches/sglang/{SGLANG_VERSION}", series_changed=series_changed,
-        series_standin=Path(standin["series_dir"]), pd_wheel=next(pd_wheel_dir.glob("pd_appliance-*.whl")),
-        tools_venv=tools,
+        series_standin=Path(standin["series_dir"]), tools_venv=tools,
     )  # fmt: skip
 
 
@@ -283,7 +278,7 @@ def new_lab(hub: Any, assets: Assets) -> Lab:
         "appliance_root": str(base / "root"),
         "appliance_tools_venv": str(assets.tools_venv),
         "appliance_router_venv": sys.prefix,
-        "appliance_tools_pd_appliance_wheel": str(assets.pd_wheel),
+        "sglang_kernels_build_isolation": False,
         "checkpoint_hf_endpoint": hub.url,
         "checkpoint_revision": hub.repo.commit,
         "sglang_install_source": "wheelhouse",

@@ -13,9 +13,9 @@ One deployment (release_testlib.Lab), changed step by step as an operator would 
 6. Checkpoint commit B served corrupt by the Hub stand-in: the play fails at the checkpoint and every answer
    during it still comes from commit A; B served intact: the shards it shares with A are hard-linked from
    A, the workers switch to B, and A is removed only once the release on B is accepted.
-7. A kernel-only change (the pd_appliance wheel and sglang_kernels_dir from a copy of the sources with
-   one kernel line changed): a new build id, a new venv and release, accepted; `pd-appliance rollback`
-   puts the release before it back, and its venv still holds the old kernel.
+7. A kernel-only change (sglang_kernels_dir: a copy of the pd-kernels distribution with one line of the
+   kernel changed; the sglang role builds its wheel): a new build id, a new venv and release, accepted;
+   `pd-appliance rollback` puts the release before it back, and its venv still holds the old kernel.
 
 The steps do not cascade: each starts from a recorded starting state (Lab.reached: the release the
 previous step's action left current), not from the previous test having passed. A step whose action
@@ -31,8 +31,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -55,6 +53,7 @@ from pd_standins.hub import RehearsalHub, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_MARKER = "# release rehearsal: a kernel-only change"
+KERNEL_LINE = "LOG2E = 1.4426950408889634"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -270,24 +269,23 @@ def test_6_new_checkpoint_revision_serves_the_old_one_until_verified(lab: Lab) -
     assert current(lab)["status"] == "accepted"
 
 
-def kernel_changed_sources(base: Path) -> tuple[Path, Path]:
-    """A copy of the package sources with one kernel line changed, and the pd_appliance wheel built
-    from it: (the wheel, the copy's kernels directory)."""
+def kernel_changed_sources(base: Path) -> Path:
+    """A copy of the pd-kernels distribution (kernels/) with one line of the kernel changed."""
     source = base / "kernel-changed"
-    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, source / name)
-    kernel = source / "src/pd_appliance/kernels/sparse_mla_decode.py"
-    kernel.write_text(kernel.read_text() + KERNEL_MARKER + "\n")
-    wheels = base / "kernel-changed-wheel"
-    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels)]
-    subprocess.run([*cmd, str(source)], check=True, capture_output=True, text=True, timeout=300)
-    return next(wheels.glob("pd_appliance-*.whl")), source / "src/pd_appliance/kernels"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
+    shutil.copytree(ROOT / "kernels", source, ignore=ignore)
+    kernel = source / "src/pd_kernels/sparse_mla_decode.py"
+    text = kernel.read_text()
+    assert text.count(KERNEL_LINE + "\n") == 1, f"{KERNEL_LINE!r} is not one line of {kernel}"
+    kernel.write_text(text.replace(KERNEL_LINE + "\n", f"{KERNEL_LINE}  {KERNEL_MARKER}\n"))
+    return source
 
 
 def installed_kernel(venv: Path) -> str:
-    [kernel] = venv.glob("lib/python3*/site-packages/pd_appliance/kernels/sparse_mla_decode.py")
-    return kernel.read_text()
+    """The kernel the venv's pd_kernels holds; the venv holds no pd_appliance (only the kernels)."""
+    [site] = venv.glob("lib/python3*/site-packages")
+    assert not (site / "pd_appliance").exists(), "pd_appliance is not installed into the SGLang venv"
+    return (site / "pd_kernels/sparse_mla_decode.py").read_text()
 
 
 def test_7_kernel_only_change_is_a_new_release_that_rollback_undoes(lab: Lab) -> None:
@@ -299,8 +297,7 @@ def test_7_kernel_only_change_is_a_new_release_that_rollback_undoes(lab: Lab) ->
     ok(lab.play("checkpoint,sglang,serve,validate"), "step 6's release")
     before = current(lab)
     old_venv = Path(lab.record(before["id"])["parts"]["sglang"]["venv"])
-    wheel, kernels = kernel_changed_sources(lab.base)
-    kernel_change = {"appliance_tools_pd_appliance_wheel": str(wheel), "sglang_kernels_dir": str(kernels)}
+    kernel_change = {"sglang_kernels_dir": str(kernel_changed_sources(lab.base))}
     lab.ask_for({**base, **kernel_change})
     ok(lab.play("sglang,serve,validate"), "a kernel-only change")
     changed = current(lab)

@@ -223,20 +223,29 @@ def test_build_id_follows_the_patches_not_the_series_comments(tmp_path: Path) ->
     assert build.build_id(series, locks) != first
 
 
-def test_build_id_follows_the_kernels_sources_not_their_bytecode(tmp_path: Path) -> None:
-    """A kernel-only change names a new SGLang venv (a new release, which a rollback undoes);
-    bytecode written beside the sources does not."""
+def test_build_id_follows_the_kernels_sources_not_their_build_outputs(tmp_path: Path) -> None:
+    """A kernel-only change (a line of pd_kernels, or the distribution's pyproject.toml) names a new
+    SGLang venv (a new release, which a rollback undoes); what a build or an editable install leaves in
+    the source tree (bytecode, egg-info, build/, dist/) does not."""
     series, locks, kernels = tmp_path / "series", tmp_path / "locks", tmp_path / "kernels"
-    for d in (series, locks, kernels / "__pycache__"):
+    package = kernels / "src" / "pd_kernels"
+    for d in (series, locks, package / "__pycache__"):
         d.mkdir(parents=True)
     (locks / "py3.11-x86_64.txt").write_text("sglang==0.5.23\n")
     (series / "series").write_text("")
-    (kernels / "sparse_mla_decode.py").write_text("BLOCK_N = 32\n")
+    (kernels / "pyproject.toml").write_text('[project]\nname = "pd-kernels"\nversion = "0.1.0"\n')
+    (package / "sparse_mla_decode.py").write_text("BLOCK_N = 32\n")
     first = build.build_id(series, locks, kernels)
     assert first != build.build_id(series, locks)  # the kernels are part of the identity
-    (kernels / "__pycache__" / "sparse_mla_decode.cpython-311.pyc").write_bytes(b"\x00")
+    (package / "__pycache__" / "sparse_mla_decode.cpython-311.pyc").write_bytes(b"\x00")
+    for output in ("src/pd_kernels.egg-info/PKG-INFO", "build/lib/pd_kernels/x.py", "dist/pd_kernels.whl"):
+        (kernels / output).parent.mkdir(parents=True, exist_ok=True)
+        (kernels / output).write_text("x\n")
     assert build.build_id(series, locks, kernels) == first
-    (kernels / "sparse_mla_decode.py").write_text("BLOCK_N = 64\n")
-    assert build.build_id(series, locks, kernels) != first
+    (package / "sparse_mla_decode.py").write_text("BLOCK_N = 64\n")
+    second = build.build_id(series, locks, kernels)
+    assert second != first
+    (kernels / "pyproject.toml").write_text('[project]\nname = "pd-kernels"\nversion = "0.1.1"\n')
+    assert build.build_id(series, locks, kernels) not in (first, second)
     with pytest.raises(ReleaseError, match=r"sglang_kernels_dir .* does not exist"):
         build.build_id(series, locks, tmp_path / "missing")

@@ -4,7 +4,7 @@ run changes nothing.
 The lab path runs as it is, with the one declared switch off (sglang_install_cuda_stack: false, the
 CUDA stack cannot be installed here): the Python is chosen from the locks, uv comes from its hashed
 pin, the whole lock for that Python is proven against PyPI package by package and hash by hash, and
-sglang, nixl-cu13, the nixl shim, numpy and the pd_appliance kernels wheel are installed from it with
+sglang, nixl-cu13, the nixl shim, numpy and the pd-kernels wheel (kernels/) are installed from it with
 uv in hash-checking mode; the patch series is applied to the real sglang wheel by the real module.
 
 The first run is the shared site converge (tests/converged_site.py); the second is
@@ -80,16 +80,20 @@ def test_first_run_installs_patches_and_records(rehearsal) -> None:
     assert list((site / "sglang/srt/arg_groups/__pycache__").glob("model_hook.*.pyc")), "byte-compiled"
     assert versions["versions"]["sglang"] == SGLANG_VERSION and versions["versions"]["nixl"] == "1.5.1"
     assert versions["versions"]["torch"] is None and "torch" in versions["missing"]
-    assert versions["versions"]["pd-appliance"] == "0.1.0"
+    assert versions["versions"]["pd-kernels"] == "0.1.0" and "pd-appliance" not in versions["versions"]
     assert versions["installer"] == "uv" and versions["lock"] == lock.name and versions["cuda_stack"] is False
     # Exactly the CUDA-free part of the lock went in, each at its locked version and from a hashed file.
     [venv_site] = sglang_venv(home).glob("lib/python3*/site-packages")
     installed = {p.name.split("-")[0].lower() for p in venv_site.glob("*.dist-info")}
-    assert installed >= {"sglang", "nixl_cu13", "nixl", "numpy", "pd_appliance"}
-    assert not installed & {"torch", "flashinfer_python", "sglang_kernel", "triton"}
+    assert installed >= {"sglang", "nixl_cu13", "nixl", "numpy", "pd_kernels"}
+    assert not installed & {"torch", "flashinfer_python", "sglang_kernel", "triton", "pd_appliance"}
     nixl_py = sglang_venv(home) / "bin" / "python"
     probe = "import nixl, nixl._api; from nixl._api import nixl_agent; print('ok')"
     assert subprocess.run([str(nixl_py), "-c", probe], capture_output=True, text=True).stdout.strip() == "ok"
+    # Patch 0002 imports pd_kernels on first use of pd_splitkv; pd_appliance is not in this venv.
+    probe = "import importlib.util as u, pd_kernels; print(u.find_spec('pd_appliance') is None)"
+    kernels = subprocess.run([str(nixl_py), "-c", probe], capture_output=True, text=True)
+    assert kernels.stdout.strip() == "True", kernels.stderr
     assert (home / "tools" / "bin" / "uv").exists(), "uv comes from its hashed pin into the tools venv"
     tools_py = home / "tools" / "bin" / "python"
     probe = "import pd_appliance.patches, pynvml, huggingface_hub, supervisor"

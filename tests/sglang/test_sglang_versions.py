@@ -31,7 +31,7 @@ def test_collect_reports_versions_and_names_the_missing(tmp_path: Path) -> None:
     v = found["versions"]
     assert v["sglang"] == "0.5.23" and v["flashinfer"] == "0.7.2" and v["sgl-kernel"] == "0.4.10"
     assert v["nixl"] == "1.5.1" and v["torch"] == "2.14.1" and v["cuda"] == "13.0"
-    assert v["triton"] is None and found["missing"] == ["pd-appliance", "triton"]
+    assert v["triton"] is None and found["missing"] == ["pd-kernels", "triton"]
 
 
 def test_cpu_torch_has_no_cuda(tmp_path: Path) -> None:

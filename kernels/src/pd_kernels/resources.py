@@ -20,7 +20,7 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from pd_appliance.kernels import sparse_mla_decode as smd
+from pd_kernels import sparse_mla_decode as smd
 
 SM120_SHARED_LIMIT = 99 * 1024
 
@@ -157,7 +157,7 @@ def _compile(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m pd_appliance.kernels.resources --arch 120 --rows 1 --heads 64`: JSON per variant.
+    """`python -m pd_kernels.resources --arch 120 --rows 1 --heads 64`: JSON per variant.
 
     A separate process, because a process that set TRITON_INTERPRET=1 holds interpreted kernels
     that cannot be compiled.

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from pd_appliance.kernels.sparse_mla_decode import (
+from pd_kernels.sparse_mla_decode import (
     HEAD_DIM,
     NOPE_DIM,
     ROPE_DIM,
