@@ -113,3 +113,33 @@ def write(path: Path, data: Mapping[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def describe(state: Mapping[str, Any]) -> str:
+    """One line of what the host state says, for `pd-appliance status`'s summary."""
+    release = state.get("release") or {}
+    variant = state.get("variant") or {}
+    checkpoint = state.get("checkpoint") or {}
+    parts = []
+    if release.get("current"):
+        parts.append(
+            f"release {release['current']} [{release.get('status') or '?'}]"
+            f"; newest accepted {release.get('accepted') or 'none'}"
+        )
+    else:
+        parts.append("no release recorded")
+    parts.append(
+        f"variant {variant.get('name')}"
+        + (f" (adopted {variant['adopted_at']})" if variant.get("adopted_at") else "")
+        if variant
+        else "no adopted variant"
+    )
+    if checkpoint.get("commit"):
+        revision = checkpoint.get("revision") or checkpoint["commit"]
+        parts.append(
+            f"checkpoint {revision}"
+            + (f" = {checkpoint['commit']}" if revision != checkpoint["commit"] else "")
+        )
+    else:
+        parts.append("no checkpoint recorded")
+    return "; ".join(parts)

@@ -126,3 +126,20 @@ def test_what_the_module_writes_the_run_and_the_next_gathering_read(tmp_path: Pa
     }
     assert seen["after"] == {"other": {"kept": True}, "pd_appliance": state}
     assert yaml.safe_load((facts_dir / "pd_appliance.fact").read_text()) == state
+
+
+def test_describe_says_release_variant_and_checkpoint_in_one_line() -> None:
+    assert host_state.describe({}) == "no release recorded; no adopted variant; no checkpoint recorded"
+    line = host_state.describe(
+        {
+            "release": {"current": "r-2", "status": "candidate", "label": "sglang 0.5.23", "accepted": "r-1"},
+            "variant": {"name": "mtp-1", "vars": {}, "adopted_at": "2026-12-05T21:00:00Z"},
+            "checkpoint": {"revision": "main", "commit": "c" * 40, "refs": {"main": "c" * 40}},
+        }
+    )
+    assert line == (
+        "release r-2 [candidate]; newest accepted r-1; variant mtp-1 (adopted 2026-12-05T21:00:00Z);"
+        f" checkpoint main = {'c' * 40}"
+    )
+    pinned = host_state.describe({"checkpoint": {"revision": "c" * 40, "commit": "c" * 40}})
+    assert pinned.endswith(f"checkpoint {'c' * 40}")
