@@ -128,6 +128,9 @@ def test_the_tuner_picks_aggregated_replicas_when_faster_and_pd_when_that_is_fas
         flat = " ".join(status.stdout.split())
         assert "aggregated-0" in flat and "aggregated-1" in flat, flat[-3000:]
         assert "ABSENT" not in flat, flat[-3000:]
+        # It shows the host state (ansible_local.pd_appliance): the variant adopted, the release accepted.
+        shown = flat.split("TASK [Show the host state]", 1)[1].split("TASK [", 1)[0]
+        assert "name: agg-2x-tp4" in shown and "status: accepted" in shown, shown
 
         # 2. Now PD is the faster one: adopted over the aggregated layout in force, smg back in PD mode.
         report = tune(pd, "to-pd")
