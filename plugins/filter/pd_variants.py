@@ -53,8 +53,9 @@ def _argument_errors(variant_list: Any, spec: Any, where: str = "validation_vari
 
 
 def _from_record(text: Any, path: str) -> dict[str, Any]:
+    """A record as the file's text, or as the host state holds it (a mapping: its `variant` key)."""
     try:
-        return variants.parse_record(str(text), path)
+        return variants.parse_record(json.dumps(dict(text)) if isinstance(text, dict) else str(text), path)
     except variants.VariantError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

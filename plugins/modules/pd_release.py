@@ -135,6 +135,12 @@ summary:
   description: "status, accept: current release, its status, accepted ones, failed ones, rollback target."
   returned: status, accept
   type: dict
+host_state:
+  description: >-
+    stage, accept, fail, activate, status: the host state's C(release) key (pd_host_state writes it):
+    C({current, status, label, accepted}), accepted being the newest accepted release.
+  returned: success, except put_back
+  type: dict
 """
 
 import sys  # noqa: E402 - Ansible wants DOCUMENTATION first
@@ -223,14 +229,14 @@ def run(p: dict[str, Any], dry: bool, warn: Any) -> dict[str, Any]:
         return result
     store = ReleaseStore(state_dir, dry_run=dry)
     if p["action"] == "status":
-        return {"changed": False, "summary": store.summary()}
+        return {"changed": False, "summary": store.summary(), "host_state": store.pointers()}
     if p["action"] in ("accept", "fail"):
         rid = p["release_id"] or store.current_id
         if not rid:
             raise ReleaseError(f"no current release in {state_dir}: nothing to {p['action']}")
         if p["action"] == "fail":
             store.fail(rid, p["reason"])
-            return {"changed": True, "release_id": rid}
+            return {"changed": True, "release_id": rid, "host_state": store.pointers()}
         was = store.status_of(rid)
         store.accept(rid)
         pruned = store.prune(
@@ -242,6 +248,7 @@ def run(p: dict[str, Any], dry: bool, warn: Any) -> dict[str, Any]:
             "release_id": rid,
             "prune": pruned.to_dict(),
             "summary": store.summary(),
+            "host_state": store.pointers(),
         }
     if p["action"] == "put_back":
         supervisor = store.state.get("supervisor") or {}
@@ -267,7 +274,11 @@ def run(p: dict[str, Any], dry: bool, warn: Any) -> dict[str, Any]:
     if changed:
         store.activate(p["release_id"], p["reason"])
     current = store.current()
-    return {"changed": changed, "release": current.to_dict() if current else None}
+    return {
+        "changed": changed,
+        "release": current.to_dict() if current else None,
+        "host_state": store.pointers(),
+    }
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pd_appliance import proofs
+from pd_appliance import host_state, proofs
 
 PLAYBOOKS = {
     "deploy": "site.yml",
@@ -56,6 +56,8 @@ class RunSummary:
     failures: list[str] = field(default_factory=list)
     # host -> the release line the status play printed (roles/release, tasks/status.yml)
     releases: dict[str, str] = field(default_factory=dict)
+    # host -> its host state (ansible_local.pd_appliance) as the status play showed it, in one line
+    host_states: dict[str, str] = field(default_factory=dict)
     # (host, controller path) of each validation report this run fetched (roles/validation, report.yml)
     reports: list[tuple[str, str]] = field(default_factory=list)
     # "host: line" for every proof a run skipped because its inputs had not changed (pd_appliance.proofs)
@@ -68,6 +70,8 @@ class RunSummary:
 
 # The task of roles/release/tasks/status.yml whose message is a host's release line.
 RELEASE_TASK = "Show the release"
+# The task of playbooks/day2/status.yml whose message is a host's state (ansible_local.pd_appliance).
+HOST_STATE_TASK = "Show the host state"
 # The start of the line a skipped proof prints (pd_appliance.proofs); the summary lists the rest.
 SKIP = proofs.SKIP_PREFIX + ": "
 # The tasks of roles/validation/tasks/report.yml that put each report on the controller: the copy
@@ -110,6 +114,10 @@ def summarize_events(events: Iterable[dict[str, Any]]) -> RunSummary:
             msg = (data.get("res") or {}).get("msg")
             if msg:
                 summary.releases[str(data.get("host"))] = str(msg)
+        elif kind == "runner_on_ok" and data.get("task") == HOST_STATE_TASK:
+            state = (data.get("res") or {}).get("msg")
+            if isinstance(state, dict):
+                summary.host_states[str(data.get("host"))] = host_state.describe(state)
         elif kind == "runner_on_ok" and str(data.get("task", "")).endswith(REPORT_TASKS):
             host = str(data.get("host"))
             fetched = [(host, r) for r in _fetched_reports(data.get("res") or {})]
@@ -179,6 +187,9 @@ def render_summary(summary: RunSummary, run_dir: Path) -> str:
     if summary.failures:
         out.append("failures:")
         out += [f"  {f}"[:400] for f in summary.failures[:10]]
+    if summary.host_states:
+        out.append("host state (ansible_local.pd_appliance):")
+        out += [f"  {host}: {line}"[:400] for host, line in sorted(summary.host_states.items())]
     if summary.releases:
         out.append("releases:")
         out += [f"  {host}: {line}"[:400] for host, line in sorted(summary.releases.items())]

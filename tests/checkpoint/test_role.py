@@ -65,6 +65,12 @@ def test_role_downloads_verifies_and_is_idempotent(rehearsal_inventory_copy: Pat
     root = rehearsal_inventory_copy.parent.parent / ".rehearsal/root/srv/models/DeepSeek-V4-Flash-NVFP4"
     model_dir = root / standin_hub.repo.commit
     assert (root / "refs" / "main").read_text().strip() == standin_hub.repo.commit
+    # The host state every later play reads (ansible_local.pd_appliance): the branch and its commit.
+    fact = rehearsal_inventory_copy.parent.parent / ".rehearsal/root/etc/ansible/facts.d/pd_appliance.fact"
+    assert json.loads(fact.read_text())["checkpoint"] == {
+        "repo_id": "nvidia/DeepSeek-V4-Flash-NVFP4", "revision": "main", "commit": standin_hub.repo.commit,
+        "refs": {"main": standin_hub.repo.commit},
+    }  # fmt: skip
     manifest = json.loads((model_dir / ".pd-appliance-manifest.json").read_text())
     assert set(manifest["files"]) >= {"config.json", "model.safetensors.index.json"}
     assert any("/resolve/" in path for _, path in standin_hub.requests)
@@ -73,6 +79,10 @@ def test_role_downloads_verifies_and_is_idempotent(rehearsal_inventory_copy: Pat
     assert second.returncode == 0, second.stdout[-4000:]
     assert recap_changed(second.stdout) == 0
     assert "fetched 0, hashed 0" in second.stdout
+    # The second run read the host state back (the facts play's gathering) and had nothing to record.
+    flat = " ".join(second.stdout.split())
+    assert "Record the checkpoint revision and the commit it names in the host state] *** skipping" in flat
+    assert f"DeepSeek-V4-Flash-NVFP4@{standin_hub.repo.commit} in {model_dir}" in flat
 
     # Offline with a truncated shard: the play fails naming the file, and nothing is fetched.
     shard = model_dir / "model-00002-of-00003.safetensors"

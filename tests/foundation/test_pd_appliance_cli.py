@@ -114,6 +114,22 @@ def test_summary_reads_the_report_the_controller_copy_wrote(tmp_path: Path):
     assert "node1: validation PASS" in cli.render_summary(summary, tmp_path / "run")
 
 
+def test_status_shows_each_hosts_state_from_the_status_play(tmp_path: Path):
+    """playbooks/day2/status.yml prints ansible_local.pd_appliance per host; the summary says it in a line."""
+    state = {
+        "release": {"current": "r-1", "status": "accepted", "accepted": "r-1"},
+        "variant": {"name": "mtp-1"},
+    }
+    shown = {"event": "runner_on_ok", "event_data": {"host": "node1", "task": cli.HOST_STATE_TASK,
+             "res": {"msg": state}}}  # fmt: skip
+    summary = cli.summarize_events([*events(), shown])
+    assert summary.host_states == {
+        "node1": "release r-1 [accepted]; newest accepted r-1; variant mtp-1; no checkpoint recorded"
+    }
+    screen = cli.render_summary(summary, tmp_path / "run")
+    assert "host state (ansible_local.pd_appliance):\n  node1: release r-1 [accepted]" in screen
+
+
 def test_scrub_secrets_redacts_tokens(tmp_path: Path):
     run = tmp_path / "artifacts" / "run"
     run.mkdir(parents=True)

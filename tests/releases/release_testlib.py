@@ -235,6 +235,12 @@ class Lab:
     def state(self) -> dict[str, Any]:
         return json.loads((self.root / "var/lib/pd-appliance/releases/state.json").read_text())
 
+    def host_release(self) -> dict[str, Any]:
+        """The host state's release pointers (ansible_local.pd_appliance.release)."""
+        fact = json.loads((self.root / "etc/ansible/facts.d/pd_appliance.fact").read_text())
+        release: dict[str, Any] = fact["release"]
+        return release
+
     def record(self, release_id: str) -> dict[str, Any]:
         return json.loads(
             (self.root / f"var/lib/pd-appliance/releases/records/{release_id}.json").read_text()

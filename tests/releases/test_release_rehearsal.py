@@ -115,6 +115,9 @@ def test_1_first_release_is_served_and_accepted(lab: Lab) -> None:
     }
     report = json.loads((lab.base / "artifacts/report.json").read_text())
     assert report["metadata"]["release"]["localhost"]["id"] == release["id"]
+    # The host state every play reads: the release in force, accepted, and the newest accepted one.
+    pointers = lab.host_release()
+    assert pointers["current"] == pointers["accepted"] == release["id"] and pointers["status"] == "accepted"
     assert f"`{release['id']}`" in (lab.base / "artifacts/report.md").read_text()
 
 
@@ -164,6 +167,9 @@ def test_3_failing_gate_rolls_back_and_the_old_release_answers(lab: Lab) -> None
     state = lab.state()
     assert state["current"] == second_id
     assert state["releases"][failed.group(1)]["status"] == "failed"
+    assert lab.host_release() | {"label": None} == {
+        "current": second_id, "status": "accepted", "accepted": second_id, "label": None,
+    }  # fmt: skip
     assert "bs=1 output throughput" in state["releases"][failed.group(1)]["reason"]
     # Served again by release 2: its venv answers, and decode's request counter counts these requests.
     info = lab.worker("decode", "/server_info")["stands_in_for"]
@@ -211,6 +217,7 @@ def test_5_manual_rollback_goes_back_to_0_5_23_and_status_names_it(lab: Lab) -> 
     result = act(lab, 5)
     assert result.returncode == 0, result.stdout[-6000:]
     assert lab.state()["current"] == second_id
+    assert lab.host_release()["current"] == second_id
     assert answered_by(lab)["sglang"] == SGLANG_VERSION
     after = lab.pids()
     assert after["router"] == before["router"] and after["decode"] != before["decode"]

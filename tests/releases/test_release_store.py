@@ -249,3 +249,30 @@ def test_build_id_follows_the_kernels_sources_not_their_build_outputs(tmp_path: 
     assert build.build_id(series, locks, kernels) not in (first, second)
     with pytest.raises(ReleaseError, match=r"sglang_kernels_dir .* does not exist"):
         build.build_id(series, locks, tmp_path / "missing")
+
+
+def test_the_host_state_pointers_follow_stage_accept_fail_and_rollback(tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path)
+    assert store.pointers() == {"current": None, "status": None, "label": None, "accepted": None}
+    one, two = Release(parts=parts("v1", "a" * 40)), Release(parts=parts("v2", "a" * 40))
+    store.stage(one)
+    assert store.pointers() == {
+        "current": one.id,
+        "status": "candidate",
+        "label": one.label,
+        "accepted": None,
+    }
+    store.accept(one.id)
+    store.stage(two)
+    assert store.pointers() == {
+        "current": two.id,
+        "status": "candidate",
+        "label": two.label,
+        "accepted": one.id,
+    }
+    store.fail(two.id, "gate")
+    assert store.pointers()["status"] == FAILED and store.pointers()["accepted"] == one.id
+    store.activate(one.id, "rollback")
+    assert ReleaseStore(tmp_path).pointers() == {
+        "current": one.id, "status": ACCEPTED, "label": one.label, "accepted": one.id,
+    }  # fmt: skip

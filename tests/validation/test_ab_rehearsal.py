@@ -99,13 +99,18 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
     generate(model_dir)
     config = root / "etc" / "pd-appliance" / "supervisor" / "supervisord.conf"
     conf_d = config.parent / "conf.d"
-    adopted_file = root / "var" / "lib" / "pd-appliance" / "tuning" / "adopted-variant.json"
+    # The host state (ansible_local.pd_appliance): the tuner records the variant it adopts there.
+    fact = root / "etc" / "ansible" / "facts.d" / "pd_appliance.fact"
+
+    def adopted_variant() -> dict | None:
+        return json.loads(fact.read_text()).get("variant") if fact.exists() else None
+
     try:
         served = run_playbook("playbooks/serve.yml", rehearsal_inventory_copy, "-e", json.dumps(common))
         assert served.returncode == 0, served.stdout[-3000:]
         before = uptimes(config)
         assert set(before) == {"pd:prefill", "pd:decode", "pd:router"}
-        assert not adopted_file.exists()
+        assert adopted_variant() is None
 
         extra = common | {
             "validation_tune": True,
@@ -181,7 +186,8 @@ def test_tuner_adopts_the_fastest_eligible_variant_and_serve_keeps_it(
         assert "## Candidates ruled out (never came up)" in markdown and refusal in markdown
         assert (tmp_path / "artifacts" / "report.png").stat().st_size > 0
 
-        adopted = json.loads(adopted_file.read_text())
+        adopted = adopted_variant()
+        assert adopted is not None
         assert adopted["name"] == "decode-fast" and adopted["env_hooks"] == {
             "decode": {"PD_SIM_TPOT_MS": "5"}
         }

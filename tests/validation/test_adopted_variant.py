@@ -1,6 +1,8 @@
 """Every serve run applies the adopted variant recorded on the host (roles/serving/tasks/variant.yml).
 
-One render-only run of playbooks/serve.yml over three lab hosts: one with a recorded variant (its
+One render-only run of playbooks/serve.yml over four lab hosts: one with the variant in its host
+state (ansible_local.pd_appliance.variant; a damaged adopted-variant file beside it is not read),
+one with a variant recorded in the adopted-variant file by a tuner from before the host state (its
 overrides land in the rendered programs), one with the same record and
 serving_apply_adopted_variant=false (the inventory as is), one with a damaged record (that host
 fails naming the file and the fix; the others go on).
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.slow
 
 CONF_D = "etc/pd-appliance/supervisor/conf.d"
 RECORD = "var/lib/pd-appliance/tuning/adopted-variant.json"
+STATE = "etc/ansible/facts.d/pd_appliance.fact"
 # MTP is off as shipped (roles/serving/defaults/main.yml): a variant turning it on changes the flags.
 MTP_ON = {"name": "mtp-1", "description": "MTP on, 1 step",
           "vars": {"serving_speculative_algorithm": "EAGLE", "serving_speculative_num_steps": 1,
@@ -39,6 +42,7 @@ def test_serve_applies_the_recorded_variant_unless_told_not_to(tmp_path: Path) -
     shutil.copytree(ROOT / "inventory/lab/group_vars", inventory / "group_vars")
     hosts = {}
     for name, text, extra in (
+        ("state", "{not json", {}),
         ("adopted", json.dumps(record(MTP_ON, objective="test")), {}),
         ("ignored", json.dumps(record(MTP_ON)), {"serving_apply_adopted_variant": False}),
         ("damaged", "{not json", {}),
@@ -46,9 +50,14 @@ def test_serve_applies_the_recorded_variant_unless_told_not_to(tmp_path: Path) -
         root = tmp_path / name
         (root / RECORD).parent.mkdir(parents=True)
         (root / RECORD).write_text(text)
+        if name == "state":
+            (root / STATE).parent.mkdir(parents=True)
+            (root / STATE).write_text(json.dumps({"variant": record(MTP_ON, objective="test")}))
         hosts[name] = {"appliance_root": str(root), "serving_advertise_host": "192.0.2.10", **extra}
     # The damaged host is a router only: the others' router sections list every prefill and decode host.
-    groups = {role: {"hosts": dict.fromkeys(["adopted", "ignored"])} for role in ("prefill", "decode")}
+    groups = {
+        role: {"hosts": dict.fromkeys(["state", "adopted", "ignored"])} for role in ("prefill", "decode")
+    }
     groups["router"] = {"hosts": dict.fromkeys(hosts)}
     (inventory / "hosts.yml").write_text(
         yaml.safe_dump({"pd_appliance": {"children": groups, "hosts": hosts}})
@@ -77,6 +86,11 @@ def test_serve_applies_the_recorded_variant_unless_told_not_to(tmp_path: Path) -
         and "remove it to serve the inventory as is" in out
     )
     assert "adopted serves the adopted variant 'mtp-1' (MTP on, 1 step)" in out
+    assert "state serves the adopted variant 'mtp-1' (MTP on, 1 step)" in out
+    assert f"Recorded in {tmp_path / 'state' / STATE} (variant)" in out
+    assert f"{tmp_path / 'state' / RECORD} is not JSON" not in out
+    from_state = (tmp_path / "state" / CONF_D / "decode.conf").read_text()
+    assert "--speculative-algorithm" in from_state and 'SGLANG_OPT_SM120_DIRECT_SWA_KV="1"' in from_state
     adopted = (tmp_path / "adopted" / CONF_D / "decode.conf").read_text()
     ignored = (tmp_path / "ignored" / CONF_D / "decode.conf").read_text()
     assert "--speculative-algorithm" in adopted and 'SGLANG_OPT_SM120_DIRECT_SWA_KV="1"' in adopted

@@ -86,7 +86,8 @@ def test_the_tuner_picks_aggregated_replicas_when_faster_and_pd_when_that_is_fas
     generate(root / "srv" / "models" / "DeepSeek-V4-Flash-NVFP4" / "main")  # the tokenizer validation reads
     config = root / "etc" / "pd-appliance" / "supervisor" / "supervisord.conf"
     conf_d = config.parent / "conf.d"
-    adopted_file = root / "var" / "lib" / "pd-appliance" / "tuning" / "adopted-variant.json"
+    # The host state (ansible_local.pd_appliance): the tuner records the variant it adopts there.
+    fact = root / "etc" / "ansible" / "facts.d" / "pd_appliance.fact"
 
     def tune(candidate: dict, name: str) -> dict:
         extra = common | {
@@ -115,7 +116,7 @@ def test_the_tuner_picks_aggregated_replicas_when_faster_and_pd_when_that_is_fas
         assert report["passed"] and report["selected_variant"] == "agg-2x-tp4"
         # The running-requests gate summed both aggregated engines: 16 at C=16.
         assert figures["agg-2x-tp4"]["decode_running"]["peak"] == 16, figures["agg-2x-tp4"]["decode_running"]
-        assert json.loads(adopted_file.read_text())["name"] == "agg-2x-tp4"
+        assert json.loads(fact.read_text())["variant"]["name"] == "agg-2x-tp4"
         assert set(programs(config)) == {"aggregated-0", "aggregated-1", "router"}
         router_conf = (conf_d / "router.conf").read_text()
         assert "--worker-urls" in router_conf and "--pd-disaggregation" not in router_conf
@@ -127,13 +128,16 @@ def test_the_tuner_picks_aggregated_replicas_when_faster_and_pd_when_that_is_fas
         flat = " ".join(status.stdout.split())
         assert "aggregated-0" in flat and "aggregated-1" in flat, flat[-3000:]
         assert "ABSENT" not in flat, flat[-3000:]
+        # It shows the host state (ansible_local.pd_appliance): the variant adopted, the release accepted.
+        shown = flat.split("TASK [Show the host state]", 1)[1].split("TASK [", 1)[0]
+        assert "name: agg-2x-tp4" in shown and "status: accepted" in shown, shown
 
         # 2. Now PD is the faster one: adopted over the aggregated layout in force, smg back in PD mode.
         report = tune(pd, "to-pd")
         figures = c16(report)
         assert figures["pd-1p4-1d4"]["output_tok_s"] > figures["deployed"]["output_tok_s"], figures
         assert report["selected_variant"] == "pd-1p4-1d4" and report["passed"]
-        assert json.loads(adopted_file.read_text())["name"] == "pd-1p4-1d4"
+        assert json.loads(fact.read_text())["variant"]["name"] == "pd-1p4-1d4"
         after = programs(config)
         assert set(after) == {"prefill", "decode", "router"}
         router_conf = (conf_d / "router.conf").read_text()

@@ -114,6 +114,7 @@ def stage(
         "previous": previous.id if previous else None,
         "change": change.to_dict(),
         "status": store.status_of(release.id) or "candidate",
+        "host_state": store.pointers(),
         "changed": previous is None or previous.id != release.id,
         "warnings": [
             p["problem"] for p in (release.parts["sglang"], release.parts["checkpoint"]) if p.get("problem")

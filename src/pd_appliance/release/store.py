@@ -121,6 +121,19 @@ class ReleaseStore:
             return release, skipped
         return None, skipped
 
+    def pointers(self) -> dict[str, Any]:
+        """What the host state (pd_appliance.host_state, key `release`) says of this host's releases:
+        the release in force, its status and label, and the newest accepted one (a rollback's start).
+        Every play reads these from ansible_local.pd_appliance; the records stay here."""
+        current = self.current()
+        accepted = self.accepted()
+        return {
+            "current": self.current_id,
+            "status": self.status_of(self.current_id),
+            "label": current.label if current else None,
+            "accepted": accepted[0] if accepted else None,
+        }
+
     def summary(self) -> dict[str, Any]:
         """What `pd-appliance status` and the validation report show."""
         current = self.current()
