@@ -9,6 +9,9 @@ KERNEL_TEST_DEPS ?= torch==2.13.0 triton==3.9.0
 # Pinned wheels the tests install or patch for real (downloaded once from PyPI or PIP_INDEX_URL).
 WHEEL_DIR ?= artifacts/wheels
 SGLANG_WHEEL := $(WHEEL_DIR)/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
+# A rehearsal's filter plugins: the product's (all ansible.cfg names) and the stand-ins', which the
+# rehearsal overlay builds its simulated GPUs with. Only a rehearsal inventory gets them.
+REHEARSAL_FILTER_PLUGINS := $(CURDIR)/plugins/filter:$(CURDIR)/standins/plugins/filter
 
 .PHONY: venv system rehearse stop deploy test lint syntax pytest molecule molecule-multinode molecule-driver molecule-scenarios wheels sglang-parser clean
 
@@ -29,6 +32,8 @@ $(BIN)/.pd-installed: pyproject.toml kernels/pyproject.toml standins/pyproject.t
 	touch $@
 
 # The main job on the embedded default: site.yml against the rehearsal inventory.
+rehearse stop: export ANSIBLE_FILTER_PLUGINS = $(REHEARSAL_FILTER_PLUGINS)
+deploy: export ANSIBLE_FILTER_PLUGINS = $(if $(findstring rehearsal,$(INVENTORY)),$(REHEARSAL_FILTER_PLUGINS),$(CURDIR)/plugins/filter)
 rehearse: venv
 	$(BIN)/ansible-playbook standins/prepare.yml -i $(INVENTORY)
 	$(BIN)/pd-appliance deploy -i $(INVENTORY)

@@ -39,6 +39,8 @@ RESULT = ROOT / ".rehearsal" / "containers" / "default" / "reboot.json"
 def reboot_once() -> dict[str, float]:
     """One power cycle through the scenario's side effect; the timings reboot.yml recorded."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    # The scenario's overlay builds its simulated GPUs with the stand-ins' filters (not in ansible.cfg).
+    env["ANSIBLE_FILTER_PLUGINS"] = f"{ROOT / 'plugins/filter'}:{ROOT / 'standins/plugins/filter'}"
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     RESULT.unlink(missing_ok=True)
     proc = subprocess.run(

@@ -84,6 +84,8 @@ def _timed_env(out: Path) -> dict[str, str]:
     return dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        # The rehearsal's filters: the product's and the stand-ins' (ansible.cfg names only the product's).
+        ANSIBLE_FILTER_PLUGINS=f"{ROOT / 'plugins/filter'}:{ROOT / 'standins/plugins/filter'}",
         ANSIBLE_CALLBACK_PLUGINS=f"{ROOT / 'plugins/callback'}:{ROOT / 'benchmarks/callbacks'}",
         ANSIBLE_CALLBACKS_ENABLED="pd_plugin_preload,pd_task_times",
         PD_TASK_TIMES_OUT=str(out),

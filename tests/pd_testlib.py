@@ -25,13 +25,18 @@ ROOT = Path(__file__).resolve().parents[1]
 # time (the rehearsal's declared rates are in inventory/rehearsal's overlay; the engine's defaults
 # are the lab's expected figures, pd_standins.engine.startup).
 FAST_ENGINE_START = {"PD_SIM_JIT_COMPILE_S": "0", "PD_SIM_GRAPH_CAPTURE_MS_PER_BS": "0"}
+# The filter plugins of a rehearsal: the product's (ansible.cfg names only those) and the stand-ins'
+# (the rehearsal inventories build their simulated GPUs with pd_standins' filters).
+REHEARSAL_FILTER_PLUGINS = f"{ROOT / 'plugins/filter'}{os.pathsep}{ROOT / 'standins/plugins/filter'}"
 
 
 def ansible_env() -> dict[str, str]:
-    """Environment for ansible-playbook: this venv first on PATH, the checkout's ansible.cfg."""
+    """Environment for ansible-playbook: this venv first on PATH, the checkout's ansible.cfg, the
+    rehearsal's filter plugins (the product's and the stand-ins')."""
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    env["ANSIBLE_FILTER_PLUGINS"] = REHEARSAL_FILTER_PLUGINS
     env["ANSIBLE_NOCOLOR"] = "1"
     env["ANSIBLE_FORCE_COLOR"] = "0"
     # The rehearsal's service user is $USER (inventory/rehearsal's overlay); a CI shell may not set it.

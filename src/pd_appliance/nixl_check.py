@@ -12,7 +12,7 @@ a few hundred MB/s (NIXL issue 1754). So the check proves, right after the insta
 - a buffer is written from one agent to another, GPU memory to GPU memory, from `--src-gpu` (the
   first prefill GPU) to `--dst-gpu` (the first decode GPU), the bytes compared and the bandwidth
   reported. No GPU memory (no torch, no CUDA, too few GPUs) is a failure, never a quiet switch to
-  host memory; `--host-memory` is the explicit mode for a host whose GPUs are simulated;
+  host memory; `--host-memory` is the explicit mode for a host whose GPUs are a stand-in;
 - the UCX transport the write used is read from UCX's own protocol table (`UCX_PROTO_INFO=used`,
   printed when the agents close) and named: cuda_ipc, cuda_copy (staged through host memory), tcp,
   an RDMA transport, or shared memory. `--expect-transport cuda_ipc` fails any other;
@@ -229,7 +229,7 @@ def _host_pattern(size_bytes: int) -> Any:
 
 
 class _HostBuffer:
-    """A host-memory (DRAM) buffer held by numpy: only for hosts whose GPUs are simulated."""
+    """A host-memory (DRAM) buffer held by numpy: only for hosts whose GPUs are a stand-in."""
 
     mem_type = "DRAM"
 
@@ -297,7 +297,7 @@ class _CudaBuffer:
 
 
 def make_buffer(size_bytes: int, device: int, host_memory: bool, fill: bool) -> Any:
-    """A GPU buffer on `device`, or a DRAM buffer when the host's GPUs are simulated."""
+    """A GPU buffer on `device`, or a DRAM buffer when the host's GPUs are a stand-in."""
     return _HostBuffer(size_bytes, fill) if host_memory else _CudaBuffer(size_bytes, device, fill)
 
 
@@ -496,7 +496,7 @@ def run_check(
 ) -> CheckReport:
     """The whole check. `api` is `nixl._api` (imported when None); `dst_gpu` None means GPU 1 when
     there are two GPUs, else GPU 0 (see `default_dst_gpu`)."""
-    memory = "DRAM (host memory: simulated GPUs)" if host_memory else "VRAM"
+    memory = "DRAM (host memory: GPU stand-in)" if host_memory else "VRAM"
     module_name = version = None
     if api is None:
         try:
@@ -553,7 +553,7 @@ def run_check(
                 problems.append(
                     f"cannot measure GPU {src_gpu} -> GPU {dst} in GPU memory: {exc}. The check does not "
                     "fall back to host memory; fix the GPU stack (driver, torch with CUDA, nixl_check_src_gpu"
-                    " / nixl_check_dst_gpu), or pass --host-memory only on a host whose GPUs are simulated"
+                    " / nixl_check_dst_gpu), or pass --host-memory only on a host whose GPUs are a stand-in"
                 )
             except Exception as exc:
                 transfer_error = f"{type(exc).__name__}: {exc}"
@@ -807,7 +807,7 @@ def apply_kv_path(report: CheckReport, need: KvRequirement) -> None:
     - a host-staged path (anything but cuda_ipc or RDMA: no P2P between the GPUs, e.g. across
       sockets) that covers it: a warning with the same figures (PD works; each handoff is slower);
     - a host-staged path with nothing to judge it by: a problem saying what to give.
-    Host-memory runs (simulated GPUs) are not judged.
+    Host-memory runs (a GPU stand-in) are not judged.
     """
     t = report.transfer
     if t is None or t.mem_type != "VRAM":
@@ -1075,7 +1075,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--host-memory",
         action="store_true",
-        help="the host's GPUs are simulated (no GPU here): measure host DRAM, reported as such",
+        help="the host's GPUs are a stand-in (no GPU here): measure host DRAM, reported as such",
     )
     parser.add_argument(
         "--expect-transport",

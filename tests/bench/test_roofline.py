@@ -171,7 +171,7 @@ def test_the_report_section_says_what_is_missing(tmp_path: Path) -> None:
 
 def test_simulated_gpus_are_named_in_the_section(tmp_path: Path) -> None:
     _rehearsal_checkpoint(tmp_path)
-    gpus = [{**RTX_PRO_6000, "simulated": True}]
+    gpus = [{**RTX_PRO_6000, "stand_in": "simulated GPU (a test)"}]
     section = roofline.report_section(MEASUREMENT, ENGINE_STARTUP, gpus, tmp_path, 1280)
     assert section["stand_in"].startswith("STAND-IN")
     assert f"{section['stand_in']}." in roofline.markdown(section)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pd_standins.hub import RehearsalHub, generate
+from pd_testlib import REHEARSAL_FILTER_PLUGINS
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -32,6 +33,7 @@ def standin_hub(tmp_path: Path) -> Iterator[RehearsalHub]:
 
 def playbook(inventory: Path, hub: RehearsalHub, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env["ANSIBLE_FILTER_PLUGINS"] = REHEARSAL_FILTER_PLUGINS
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("USER", "root" if os.geteuid() == 0 else str(os.getlogin()))
     binary = str(Path(sys.executable).parent / "ansible-playbook")

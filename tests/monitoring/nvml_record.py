@@ -104,7 +104,7 @@ class ReplayNvml:
     NVMLError = NVMLError
 
     def __init__(self, calls: list[dict[str, Any]], simulated: bool = False) -> None:
-        self.SIMULATED = simulated
+        self.STAND_IN = "simulated GPUs (a test's replay)" if simulated else ""
         self._answers: dict[tuple[str, str], deque[dict[str, Any]]] = defaultdict(deque)
         for entry in calls:
             self._answers[(entry["call"], _key(entry["args"]))].append(entry)

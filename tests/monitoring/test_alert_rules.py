@@ -79,7 +79,7 @@ def _worker(role: str) -> str:
 
 
 def _gpu(gpu: int, role: str) -> str:
-    return f'{{job="gpu",host="{HOST}",gpu="{gpu}",role="{role}",pd_instance="{role}",simulated="false"}}'
+    return f'{{job="gpu",host="{HOST}",gpu="{gpu}",role="{role}",pd_instance="{role}",stand_in=""}}'
 
 
 def _smg(name: str, url: str, worker_type: str) -> str:
@@ -99,8 +99,8 @@ def _healthy(minutes: int = 12) -> list[dict[str, str]]:
         {"series": _smg("smg_worker_health", DECODE_URL, "decode"), "values": f"1x{n}"},
         {"series": _smg("smg_worker_cb_state", PREFILL_URL, "prefill"), "values": f"0x{n}"},
         {"series": _smg("smg_worker_cb_state", DECODE_URL, "decode"), "values": f"0x{n}"},
-        {"series": f'pd_gpu_nvml_up{{job="gpu",host="{HOST}",simulated="false"}}', "values": f"1x{n}"},
-        {"series": f'pd_gpu_expected_count{{job="gpu",host="{HOST}",simulated="false"}}', "values": f"2x{n}"},
+        {"series": f'pd_gpu_nvml_up{{job="gpu",host="{HOST}",stand_in=""}}', "values": f"1x{n}"},
+        {"series": f'pd_gpu_expected_count{{job="gpu",host="{HOST}",stand_in=""}}', "values": f"2x{n}"},
         {"series": f"pd_gpu_up{_gpu(0, 'prefill')}", "values": f"1x{n}"},
         {"series": f"pd_gpu_up{_gpu(1, 'decode')}", "values": f"1x{n}"},
         {"series": f"pd_gpu_xid_events_total{_gpu(1, 'decode')}", "values": f"0x{n}"},
@@ -166,7 +166,6 @@ def _cases() -> dict[str, dict[str, Any]]:
         "gpu": "1",
         "role": "decode",
         "pd_instance": "decode",
-        "simulated": "false",
     }
     # decode down from minute 2: quiet at 2m30 (for 1m not yet over), firing at 4m, quiet again after it is back.
     down = _replace(h, f"up{_worker('decode')}", "1x8 0x8 1x31")
@@ -224,8 +223,8 @@ def _cases() -> dict[str, dict[str, Any]]:
         "gpu_missing": _case([s for s in h if s["series"] != f"pd_gpu_up{_gpu(1, 'decode')}"], [
             _fires("PDGPUOffBus", "1m", {"host": HOST, "severity": "critical"}),
         ]),
-        "nvml_down": _case(_replace(h, f'pd_gpu_nvml_up{{job="gpu",host="{HOST}",simulated="false"}}', "1x4 0x44"), [
-            _fires("PDGPUNVMLDown", "3m", {"job": "gpu", "host": HOST, "simulated": "false", "severity": "critical"}),
+        "nvml_down": _case(_replace(h, f'pd_gpu_nvml_up{{job="gpu",host="{HOST}",stand_in=""}}', "1x4 0x44"), [
+            _fires("PDGPUNVMLDown", "3m", {"job": "gpu", "host": HOST, "severity": "critical"}),
         ]),
         "xid": _case(_replace(h, f"pd_gpu_xid_events_total{_gpu(1, 'decode')}", "0x20 1x27"), [
             _quiet("PDGPUXidErrors", "4m"), _fires("PDGPUXidErrors", "6m", {**gpu1, "severity": "critical"}),

@@ -33,6 +33,7 @@ from pd_appliance.monitoring.gpu_exporter import (
     parse_gpu_list,
     scrape_once,
 )
+from pd_standins import nvml as standin_nvml
 from pd_testlib import reserve_ports
 
 H200_RECORD = "gpu_exporter_h200_2026-12-03.json"
@@ -64,7 +65,10 @@ def test_replayed_h200_scrapes_equal_the_ones_taken_on_the_gpu(h200) -> None:
     nvml, record = h200
     collector = GpuCollector(nvml, parse_assignments(record["assign"]))
     replayed = [scrape_once(collector).decode() for _ in record["scrapes"]]
-    assert replayed == [s["text"] for s in record["scrapes"]]
+    # Taken when the label was `simulated="false"`; since issue 25 a stand-in names itself in
+    # `stand_in`, empty for NVML itself: that one label is renamed, every other byte is the GPU's.
+    taken = [s["text"].replace('simulated="false"', 'stand_in=""') for s in record["scrapes"]]
+    assert replayed == taken
     assert not nvml.unanswered
 
 
@@ -74,7 +78,7 @@ def test_h200_scrape_agrees_with_nvidia_smi(h200) -> None:
     rows = list(csv.DictReader(io.StringIO(record["nvidia_smi_csv"]), skipinitialspace=True))
     assert len(rows) == 1, record["nvidia_smi_csv"]
     smi = rows[0]
-    gpu = {"gpu": smi["index"], "role": "decode", "pd_instance": "decode", "simulated": "false"}
+    gpu = {"gpu": smi["index"], "role": "decode", "pd_instance": "decode", "stand_in": ""}
     info = [lab for lab, _ in parsed["pd_gpu_info"]]
     assert info == [{**gpu, "uuid": smi["uuid"], "name": smi["name"], "pci_bus_id": smi["pci.bus_id"]}]
     assert one(parsed, "pd_gpu_driver_info", driver_version=smi["driver_version"]) == 1
@@ -156,7 +160,7 @@ class DynamicFakeNvml(FakeNvml):
 def test_facts_fixture_exports_what_it_knows_and_leaves_out_what_it_does_not() -> None:
     nvml = DynamicFakeNvml.recorded()
     parsed = samples(scrape_once(GpuCollector(nvml, {0: Assignment("prefill", "prefill")})))
-    gpu = {"gpu": "0", "role": "prefill", "pd_instance": "prefill", "simulated": "false"}
+    gpu = {"gpu": "0", "role": "prefill", "pd_instance": "prefill", "stand_in": ""}
     device = nvml.devices[0]
     assert one(parsed, "pd_gpu_up", **gpu) == 1
     assert one(parsed, "pd_gpu_pcie_link_generation", link="max", **gpu) == device["max_pcie_link_generation"]
@@ -254,7 +258,7 @@ def test_simulated_gpus_are_read_through_the_same_collector_and_labelled(capsys,
     )
     parsed = samples(capsys.readouterr().out)
     every = [lab for series in parsed.values() for lab, _ in series]
-    assert every and all(lab.get("simulated") == "true" for lab in every)
+    assert every and all(lab.get("stand_in") == standin_nvml.STAND_IN for lab in every)
     roles = {lab["gpu"]: lab["role"] for lab, _ in parsed["pd_gpu_up"]}
     assert roles == {str(i): "prefill" if i < 4 else "decode" for i in range(8)}
     assert one(parsed, "pd_gpu_expected_count") == 8

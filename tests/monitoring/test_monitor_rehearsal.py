@@ -135,7 +135,9 @@ def test_gpu_series_are_the_simulated_gpus_labelled_by_role(deployment: Monitore
     series = _until("GPU series", lambda: deployment.query("pd_gpu_up"))
     roles = {r["metric"]["gpu"]: r["metric"]["role"] for r in series}
     assert roles == {str(i): "prefill" if i < 4 else "decode" for i in range(8)}
-    assert {r["metric"]["simulated"] for r in series} == {"true"}
+    assert {r["metric"]["stand_in"] for r in series} == {
+        "simulated GPUs (pd_standins.nvml, standins/declared.yml)"
+    }
     assert all(r["metric"]["host"] == "localhost" for r in series)
 
 

@@ -225,7 +225,7 @@ def test_real_nixl_creates_ucx_and_moves_verified_bytes(nixl_site: Path) -> None
     assert t["mem_type"] == "DRAM" and t["verified"] and t["bandwidth_gb_s"] > 0
     assert t["size_bytes"] == 8 * 2**20 and t["iterations"] == 3
     # The target agent ran in its own process; UCX moved the bytes by shared memory between them.
-    assert report["memory"].startswith("DRAM (host memory: simulated GPUs)")
+    assert report["memory"].startswith("DRAM (host memory: GPU stand-in)")
     assert report["transport"]["kind"] == "shm" and report["transport"]["source"] == "UCX_PROTO_INFO=used"
 
 

@@ -30,7 +30,10 @@ pytestmark = pytest.mark.slow
 
 HF_TOKEN = "hf_lab_SECRET_token"
 API_KEY = "router-SECRET-key"
-LAB_GPUS = [dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False) for i in range(8)]
+LAB_GPUS = [
+    dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False, stand_in=None)
+    for i in range(8)
+]
 
 
 def _owner_vars(root: Path) -> dict:

@@ -6,9 +6,10 @@ import pytest
 
 from pd_appliance.serving.commands import CommandError, router_argv, sglang_argv, worker_url
 from pd_appliance.serving.pinning import PinningError, gpu_binding, parse_node_list
-from pd_standins.gpus import simulated_gpu
+from pd_standins.gpus import STAND_IN, simulated_gpu
 
-LAB_FACTS = [dict(simulated_gpu(i), simulated=False) for i in range(8)]
+# What NVML reports for the lab's GPUs: the stand-in's figures, no stand-in named.
+LAB_FACTS = [dict(simulated_gpu(i), simulated=False, stand_in=None) for i in range(8)]
 
 
 def test_lab_split_binds_each_role_to_its_numa_node() -> None:
@@ -17,7 +18,7 @@ def test_lab_split_binds_each_role_to_its_numa_node() -> None:
     assert prefill["cuda_visible_devices"] == "0,1,2,3"
     assert prefill["numactl_args"] == ["--cpunodebind=0", "--membind=0"]
     assert decode["numactl_args"] == ["--cpunodebind=1", "--membind=1"]
-    assert not prefill["spans_numa_nodes"] and not prefill["simulated"]
+    assert not prefill["spans_numa_nodes"] and prefill["stand_in"] is None
 
 
 def test_gpus_spanning_nodes_bind_to_both_and_say_so() -> None:
@@ -36,7 +37,7 @@ def test_simulated_gpus_bind_to_the_nodes_the_machine_has() -> None:
     # One-node machine (the CI runner, a molecule container): the lab's node 1 binds to node 0.
     decode = gpu_binding([4, 5, 6, 7], simulated, host_numa_online="0\n")
     assert decode["numactl_args"] == ["--cpunodebind=0", "--membind=0"]
-    assert decode["numa_nodes"] == [1] and decode["bind_numa_nodes"] == [0] and decode["simulated"]
+    assert decode["numa_nodes"] == [1] and decode["bind_numa_nodes"] == [0] and decode["stand_in"] == STAND_IN
     # A two-node machine keeps the lab's nodes; a machine without NUMA gets no prefix.
     node_1 = ["--cpunodebind=1", "--membind=1"]
     assert gpu_binding([4, 5], simulated, host_numa_online="0-1")["numactl_args"] == node_1

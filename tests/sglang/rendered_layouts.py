@@ -23,7 +23,10 @@ from pd_appliance.sglang_args.real import RealSGLang
 from pd_standins.gpus import simulated_gpu
 from pd_testlib import ROOT, run_playbook, two_host_layout
 
-LAB_GPUS = [dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False) for i in range(8)]
+LAB_GPUS = [
+    dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False, stand_in=None)
+    for i in range(8)
+]
 CONF_D = "etc/pd-appliance/supervisor/conf.d"
 
 

@@ -25,12 +25,14 @@ import pytest
 from sglang_testlib import ROOT, SERIES_DIR, SGLANG_VERSION
 
 from converged_site import ConvergedSite
+from pd_testlib import REHEARSAL_FILTER_PLUGINS
 
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env["ANSIBLE_FILTER_PLUGINS"] = REHEARSAL_FILTER_PLUGINS
     return env
 
 

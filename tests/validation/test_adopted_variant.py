@@ -63,7 +63,10 @@ def test_serve_applies_the_recorded_variant_unless_told_not_to(tmp_path: Path) -
         yaml.safe_dump({"pd_appliance": {"children": groups, "hosts": hosts}})
     )
     owner, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
-    gpus = [dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False) for i in range(8)]
+    gpus = [
+        dict(simulated_gpu(i), name="NVIDIA RTX PRO 6000 Blackwell", simulated=False, stand_in=None)
+        for i in range(8)
+    ]
     variables = {
         "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
         "pd_gpus": gpus, "serving_render_only": True, "serving_supervisor_manager": "direct",

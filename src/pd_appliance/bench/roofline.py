@@ -286,8 +286,11 @@ def report_section(
         "groups_from": groups.source,
         "method": "docs/roofline.md: memory-bound decode without speculation (which may exceed it)",
     }
-    if any(gpu.get("simulated") for gpu in gpus):
-        section["stand_in"] = "STAND-IN: simulated GPUs and a stand-in checkpoint; no figure of real hardware"
+    stand_ins = sorted({str(gpu["stand_in"]) for gpu in gpus if gpu.get("stand_in")})
+    if stand_ins:
+        section["stand_in"] = (
+            f"STAND-IN ({'; '.join(stand_ins)}) and a stand-in checkpoint; no figure of real hardware"
+        )
     return section
 
 

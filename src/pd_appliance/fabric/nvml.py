@@ -1,11 +1,11 @@
 """Fabric checks on the NVML facts (pd_gpus, pd_gpu_topology), once the driver is in.
 
-They read the facts the nvml_facts module sets, so a simulated host (pd_gpus entries marked
-"simulated": true, from the simulated-GPU stand-in) goes through the same checks with the answers
-its stand-in declares. NVML's P2P status alone proves nothing (ForceP2P registry keys can make the
-driver advertise P2P while every mapping fails); the NIXL check's real transfer is the proof, these
-catch what NVML already admits. A pair without P2P across sockets is judged by figures, not by
-rule: its finding names the KV rate the NIXL check will require (pd_appliance.fabric.kv_need).
+They read the facts the nvml_facts module sets, so a rehearsal host (pd_gpus from its declared GPU
+stand-in) goes through the same checks with the answers its stand-in declares. NVML's P2P status
+alone proves nothing (ForceP2P registry keys can make the driver advertise P2P while every mapping
+fails); the NIXL check's real transfer is the proof, these catch what NVML already admits. A pair
+without P2P across sockets is judged by figures, not by rule: its finding names the KV rate the NIXL
+check will require (pd_appliance.fabric.kv_need).
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ def diagnose_nvml_error(code: int | None, message: str, probe: HostProbe) -> Gpu
         return NoGpuError(
             f"no NVIDIA GPU is on the PCI bus ({probe.sysfs_root}/bus/pci/devices) and NVML says: {message}.",
             "run this on a GPU host (check the inventory's prefill/decode groups); a machine without GPUs "
-            "runs the rehearsal (`make rehearse`: simulated GPUs, a declared stand-in).",
+            "runs the rehearsal (`make rehearse`: the GPU is a declared stand-in there).",
         )
     if code == NVML_ERROR_LIBRARY_NOT_FOUND:
         return NoDriverError(

@@ -39,6 +39,8 @@ GPU_KEYS = (
     "memory_bus_width_bits",
     "memory_clock_max_mhz",
     "simulated",
+    # What stands in for the GPU where a stand-in does (its own words), None for a GPU NVML reads.
+    "stand_in",
 )
 NVML_ERROR_NOT_SUPPORTED = 3
 # pynvml's NVML_CLOCK_MEM (nvmlClockType_t).
@@ -118,6 +120,7 @@ def gpu_entry(nvml: Any, handle: Any, index: int, sysfs_root: Any) -> dict[str, 
         "memory_bus_width_bits": None if bus_width is None else int(bus_width),
         "memory_clock_max_mhz": None if memory_clock is None else int(memory_clock),
         "simulated": False,
+        "stand_in": None,
     }
 
 

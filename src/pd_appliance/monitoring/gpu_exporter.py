@@ -11,8 +11,9 @@ in the tools venv) and labels every series with the PD role (prefill/decode) and
 instance that owns the GPU, so a dashboard can put GPU power beside the decode TPOT.
 
 NVML is read through a pynvml-shaped module named by `--nvml-module` (default `pynvml`). A
-rehearsal names the simulated GPUs' module there; the collector below is the same code either way,
-and the module's `SIMULATED` attribute becomes the `simulated` label of every series.
+rehearsal names its GPU stand-in's module there; the collector below is the same code either way.
+A stand-in names itself: its module's `STAND_IN` (what stands in for the GPUs) becomes the `stand_in`
+label of every series, empty (so absent in Prometheus) for NVML itself.
 
 Every read that a board does not support is left out (no series) rather than reported as 0; a GPU
 that NVML reports as lost gets `pd_gpu_up 0`, and a driver that cannot be initialised gives
@@ -71,7 +72,7 @@ CLOCKS_EVENT_REASONS = {
 CLOCKS = {"graphics": NVML_CLOCK_GRAPHICS, "sm": NVML_CLOCK_SM, "memory": NVML_CLOCK_MEM}
 # Events drained per GPU and scrape: a storm of Xids must not stall the scrape.
 MAX_EVENTS_PER_SCRAPE = 256
-GPU_LABELS = ("gpu", "role", "pd_instance", "simulated")
+GPU_LABELS = ("gpu", "role", "pd_instance", "stand_in")
 MHZ = 1_000_000
 KIB = 1024
 
@@ -143,7 +144,8 @@ class GpuCollector:
         self.nvml = nvml
         self.assignments = assignments or {}
         self.expected_gpus = len(self.assignments) if expected_gpus is None else expected_gpus
-        self.simulated = "true" if getattr(nvml, "SIMULATED", False) else "false"
+        # What stands in for NVML, as the module says (pynvml says nothing: a real GPU).
+        self.stand_in = str(getattr(nvml, "STAND_IN", "") or "")
         self._lock = threading.Lock()
         self._initialised = False
         self._event_sets: dict[int, Any] = {}
@@ -217,20 +219,20 @@ class GpuCollector:
 
     def _labels(self, gpu: int) -> list[str]:
         owner = self.assignments.get(gpu, UNASSIGNED)
-        return [str(gpu), owner.role, owner.instance, self.simulated]
+        return [str(gpu), owner.role, owner.instance, self.stand_in]
 
     def _collect(self) -> Iterator[Metric]:
         nvml, f = self.nvml, _Families()
-        f.expected.add_metric([self.simulated], float(self.expected_gpus))
+        f.expected.add_metric([self.stand_in], float(self.expected_gpus))
         count, up = 0, self._init()
         if up:
             try:
-                f.driver.add_metric([_text(nvml.nvmlSystemGetDriverVersion()), self.simulated], 1.0)
+                f.driver.add_metric([_text(nvml.nvmlSystemGetDriverVersion()), self.stand_in], 1.0)
                 count = int(nvml.nvmlDeviceGetCount())
             except nvml.NVMLError:
                 # The driver went away under us: report NVML down and initialise again next scrape.
                 self._initialised, up = False, False
-        f.nvml_up.add_metric([self.simulated], 1.0 if up else 0.0)
+        f.nvml_up.add_metric([self.stand_in], 1.0 if up else 0.0)
         for gpu in range(count):
             labels = self._labels(gpu)
             try:
@@ -355,7 +357,7 @@ class _Families:
     def __init__(self) -> None:
         self._families: dict[str, Metric] = {}
         for key, (kind, name, text, extra) in HOST_FAMILIES.items():
-            self._families[key] = kind(name, text, labels=[*extra, "simulated"])
+            self._families[key] = kind(name, text, labels=[*extra, "stand_in"])
         for key, (kind, name, text, extra) in GPU_FAMILIES.items():
             self._families[key] = kind(name, text, labels=[*GPU_LABELS, *extra])
 
@@ -434,7 +436,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(
         f"pd-gpu-exporter: serving /metrics on {args.listen_address}:{args.port} "
-        f"(NVML module {args.nvml_module}, simulated={collector.simulated})",
+        f"(NVML module {args.nvml_module}"
+        + (f", STAND-IN ({collector.stand_in})" if collector.stand_in else "")
+        + ")",
         file=sys.stderr,
         flush=True,
     )

@@ -3,10 +3,10 @@
 CUDA_VISIBLE_DEVICES takes NVML indices (the facts' `index`); numactl binds CPUs and memory to the
 node(s) those GPUs hang off, so host-side buffers (pinned KV staging, NCCL proxies) stay local.
 
-Simulated GPUs (the rehearsal's GPU stand-in) report the lab's two NUMA nodes whatever machine runs
-the rehearsal. Their binding is mapped onto the nodes that machine has (`host_numa_online`, the
-kernel's /sys/devices/system/node/online), so the rendered numactl prefix runs there too: on a
-one-node machine every simulated GPU binds to node 0.
+A GPU stand-in (the rehearsal's; its facts name it in `stand_in`) reports the lab's two NUMA nodes
+whatever machine runs the rehearsal. Its binding is mapped onto the nodes that machine has
+(`host_numa_online`, the kernel's /sys/devices/system/node/online), so the rendered numactl prefix
+runs there too: on a one-node machine every stand-in GPU binds to node 0.
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ def parse_node_list(text: str) -> list[int]:
     return sorted(set(nodes))
 
 
-def _host_nodes(simulated_nodes: list[int], host_numa_online: str | None) -> list[int] | None:
-    """The machine's nodes that simulated `simulated_nodes` bind to; None when the machine has no NUMA."""
+def _host_nodes(reported_nodes: list[int], host_numa_online: str | None) -> list[int] | None:
+    """The machine's nodes that a stand-in's `reported_nodes` bind to; None when the machine has no NUMA."""
     host = parse_node_list(host_numa_online or "")
     if not host:
         return None
-    return sorted({n if n in host else host[n % len(host)] for n in simulated_nodes})
+    return sorted({n if n in host else host[n % len(host)] for n in reported_nodes})
 
 
 def gpu_binding(
@@ -59,7 +59,7 @@ def gpu_binding(
 ) -> dict[str, Any]:
     """CUDA_VISIBLE_DEVICES, NUMA nodes and the numactl prefix for one program.
 
-    `host_numa_online` is the machine's node list; only simulated GPUs use it (see the module doc).
+    `host_numa_online` is the machine's node list; only a GPU stand-in uses it (see the module doc).
     """
     indices = _indices(gpus, variable)
     by_index = {int(f["index"]): f for f in facts}
@@ -79,9 +79,10 @@ def gpu_binding(
         elif int(node) not in nodes:
             nodes.append(int(node))
     nodes.sort()
-    simulated = any(bool(by_index[i].get("simulated")) for i in indices)
+    stand_ins = sorted({str(by_index[i]["stand_in"]) for i in indices if by_index[i].get("stand_in")})
+    stand_in = "; ".join(stand_ins) or None
     bind_nodes: list[int] | None = nodes
-    if simulated and nodes and not unknown:
+    if stand_in and nodes and not unknown:
         bind_nodes = _host_nodes(nodes, host_numa_online)
     numactl: list[str] = []
     if bind_nodes and not unknown:
@@ -93,8 +94,9 @@ def gpu_binding(
         "numactl_args": numactl,
         "gpus_without_numa_node": unknown,
         "spans_numa_nodes": len(nodes) > 1,
-        "simulated": simulated,
-        # The machine's nodes numactl binds to: the GPUs' own, or for simulated GPUs the machine's
-        # nodes they map to ([] when the machine has no NUMA: then there is no prefix).
+        # What stands in for these GPUs (their facts' stand_in), None for GPUs NVML reads.
+        "stand_in": stand_in,
+        # The machine's nodes numactl binds to: the GPUs' own, or for a GPU stand-in the machine's
+        # nodes its nodes map to ([] when the machine has no NUMA: then there is no prefix).
         "bind_numa_nodes": bind_nodes or [],
     }

@@ -171,27 +171,27 @@ def _worker_notes(
 ) -> list[str]:
     """What the section's comments say about the instance, its GPUs and its NUMA binding."""
     bootstrap = f", bootstrap port {inst['bootstrap_port']}" if inst["bootstrap_port"] else ""
-    simulated = bool(binding.get("simulated"))
+    stand_in = binding.get("stand_in")
     nodes = ",".join(map(str, binding["numa_nodes"]))
     notes = [
         f"{inst['role']} instance, TP{inst['tp_size']}, port {inst['port']}{bootstrap} (serving_instances)",
         f"GPUs {binding['cuda_visible_devices']} (CUDA_VISIBLE_DEVICES)"
-        + (" [simulated GPUs]" if simulated else ""),
+        + (f" [STAND-IN: {stand_in}]" if stand_in else ""),
     ]
-    if numactl and numa_binding and simulated:
+    if numactl and numa_binding and stand_in:
         bound = ",".join(map(str, binding["bind_numa_nodes"]))
         notes.append(
-            f"STAND-IN: the simulated GPUs report NUMA node(s) {nodes}; bound to this machine's node(s) "
+            f"STAND-IN ({stand_in}): the GPUs report NUMA node(s) {nodes}; bound to this machine's node(s) "
             f"{bound}: {' '.join(numactl)} (CPU and memory binding)"
         )
     elif numactl and numa_binding:
         notes.append(f"NUMA node(s) {nodes}: {' '.join(numactl)} (CPU and memory binding)")
     elif numactl:
         notes.append(f"no NUMA binding (serving_numa_binding is false); NUMA node(s) {nodes}")
-    elif simulated and not binding["gpus_without_numa_node"]:
+    elif stand_in and not binding["gpus_without_numa_node"]:
         notes.append(
-            "STAND-IN: no NUMA binding: this machine reports no NUMA node for the simulated GPUs' node(s) "
-            f"{nodes}"
+            f"STAND-IN ({stand_in}): no NUMA binding: this machine reports no NUMA node for the GPUs' "
+            f"node(s) {nodes}"
         )
     else:
         unknown = ",".join(map(str, binding["gpus_without_numa_node"]))

@@ -13,6 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 SIMULATED_GPU_NAME = "Simulated NVIDIA RTX PRO 6000 Blackwell (rehearsal)"
+# What stands in for each GPU, as the product names it wherever the GPU shows (the GPU fact
+# `stand_in`: STAND-IN (...) lines, the pinning notes, the validation report).
+STAND_IN = "simulated GPU (pd_standins.gpus, standins/declared.yml)"
 GPUS_PER_NUMA_NODE = 4
 CPUS_PER_NUMA_NODE = 32
 
@@ -46,6 +49,7 @@ def simulated_gpu(index: int) -> dict[str, Any]:
         "memory_bus_width_bits": 512,
         "memory_clock_max_mhz": 14000,
         "simulated": True,
+        "stand_in": STAND_IN,
     }
 
 

@@ -2,8 +2,8 @@
 
 The rehearsal has no GPU and no driver, so the exporter (pd_appliance.monitoring.gpu_exporter) is
 started with `--nvml-module pd_standins.nvml` instead of the default `pynvml`: the exporter's code
-is the same as on a lab host, only the library at the boundary differs. `SIMULATED = True` makes the
-exporter label every series simulated="true".
+is the same as on a lab host, only the library at the boundary differs. `STAND_IN` names what stands
+in for NVML; the exporter puts it in the `stand_in` label of every series.
 
 The GPUs are pd_standins.gpus.simulated_gpu(0..N-1), N from PD_SIM_GPUS (default 8, the lab
 server's count). They report an idle board: no load, idle clocks, a few watts; nothing here is a
@@ -19,7 +19,8 @@ from typing import Any
 
 from pd_standins.gpus import simulated_gpu
 
-SIMULATED = True
+# What stands in for the GPUs, as the exporter labels every series (stand_in) and says at start-up.
+STAND_IN = "simulated GPUs (pd_standins.nvml, standins/declared.yml)"
 DEFAULT_GPU_COUNT = 8
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2

@@ -1,0 +1,93 @@
+"""The stand-ins stay on their side of the seam: no product file knows a rehearsal from a lab.
+
+Product files are what a lab host runs or the controller loads for it: roles/, playbooks/, plugins/,
+src/pd_appliance/, site.yml and ansible.cfg (CONTRIBUTING.md, "Stand-ins, not modes"). They must
+not mention simulated GPUs: a stand-in answers at the boundary (a pynvml-shaped module, sysfs
+fixtures, a declared variable) and names itself there. ansible.cfg, the product's configuration,
+names no path under standins/: a rehearsal adds its own through its environment.
+
+STILL_SIMULATED lists the product files that still branch on (or mention) simulated GPUs, issue 25
+item 5's work left; it may only shrink: a listed file that no longer mentions them fails too, so
+whoever converts one removes it here.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import subprocess
+
+from pd_testlib import ROOT
+
+PRODUCT = ("roles", "playbooks", "plugins", "src/pd_appliance", "site.yml", "ansible.cfg")
+# The word, also inside identifiers (appliance_simulated_gpus), not inside other words.
+WORD = re.compile(r"(?<![a-z])simulated(?![a-z])", re.IGNORECASE)
+STILL_SIMULATED = frozenset(
+    {
+        "plugins/modules/nvml_facts.py",
+        "roles/appliance_defaults/defaults/main.yml",
+        "roles/appliance_defaults/meta/argument_specs.yml",
+        "roles/nvidia_driver/tasks/gpu_facts.yml",
+        "roles/preflight/tasks/fabric.yml",
+        "roles/preflight/tasks/gpus.yml",
+        "roles/preflight/tasks/topology.yml",
+        "roles/serving/tasks/day2_diagnostics.yml",
+        "roles/serving/tasks/day2_profile.yml",
+        "roles/serving/tasks/day2_status.yml",
+        "roles/validation/tasks/facts.yml",
+        "src/pd_appliance/gpu/__init__.py",
+        "src/pd_appliance/gpu/facts.py",
+        "src/pd_appliance/gpu/topology.py",
+        "src/pd_appliance/serving/day2.py",
+    }
+)
+
+
+def product_files() -> list[str]:
+    """The tracked product files (git's list: no caches, no build outputs)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--", *PRODUCT], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    return sorted(name for name in listed.split("\0") if name and (ROOT / name).is_file())
+
+
+def mentioning(files: list[str]) -> set[str]:
+    return {name for name in files if WORD.search((ROOT / name).read_text(errors="replace"))}
+
+
+def test_the_product_files_are_found() -> None:
+    files = product_files()
+    assert "site.yml" in files and "ansible.cfg" in files and "plugins/modules/nvml_facts.py" in files
+
+
+def test_no_new_product_file_mentions_simulated_gpus() -> None:
+    new = sorted(mentioning(product_files()) - STILL_SIMULATED)
+    assert new == [], (
+        f"product files that mention simulated GPUs: {new}. The product reads GPUs through NVML only; "
+        "what a stand-in must say comes from the stand-in (standins/, CONTRIBUTING.md 'Stand-ins, not modes')"
+    )
+
+
+def test_the_list_of_files_left_to_convert_only_shrinks() -> None:
+    done = sorted(STILL_SIMULATED - mentioning(product_files()))
+    assert done == [], f"no longer mention simulated GPUs (or are gone): remove from STILL_SIMULATED: {done}"
+
+
+def test_the_check_sees_a_mention_in_any_case_and_only_the_word() -> None:
+    assert WORD.search("# the Simulated GPUs' node") and WORD.search("selectattr('simulated')")
+    assert WORD.search("appliance_simulated_gpus") and WORD.search("SIMULATED_GPU_NAME")
+    assert not WORD.search("simulation, simulator, dissimulated")
+
+
+def test_ansible_cfg_names_no_standin_path() -> None:
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(ROOT / "ansible.cfg")
+    paths = {
+        f"[{section}] {key}": value
+        for section in config.sections()
+        for key, value in config.items(section)
+        if "standins" in value
+    }
+    assert paths == {}, (
+        f"ansible.cfg names stand-in paths (a rehearsal adds its own in its environment): {paths}"
+    )
