@@ -180,7 +180,7 @@ def private_artifacts(base: Path) -> dict[str, str]:
     artifacts = base / "artifacts"
     return {
         "appliance_artifacts_dir": str(artifacts),
-        "serving_diagnostics_local_dir": str(artifacts / "diagnostics"),
+        "day2_diagnostics_local_dir": str(artifacts / "diagnostics"),
     }
 
 

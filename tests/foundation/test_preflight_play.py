@@ -54,6 +54,11 @@ CASES = {
         {"serving_worker_startsecs": "soon", "nixl_check_size_mib": "lots"},
         "- 'role serving: argument ''serving_worker_startsecs'' is of type str",
     ),
+    # The day2 role has no main: preflight checks the options of every entry point (its plays').
+    "wrong_type_of_a_day2_knob": (
+        {"day2_profile_requests": "many"},
+        "- 'role day2: argument ''day2_profile_requests'' is of type str",
+    ),
     "instances_overlap_and_share_a_port": (
         {
             "serving_instances": [

@@ -76,9 +76,7 @@ def test_planted_secrets_reach_only_the_env_files(converged_site: ConvergedSite,
     root = site.root
     artifacts = site.artifacts
     day2_vars = tmp_path / "day2.yml"
-    day2_vars.write_text(
-        yaml.safe_dump({"serving_profile_requests": 4, "serving_profile_trace_timeout_s": 30})
-    )
+    day2_vars.write_text(yaml.safe_dump({"day2_profile_requests": 4, "day2_profile_trace_timeout_s": 30}))
     for playbook in ("playbooks/day2/profile.yml", "playbooks/day2/collect-diagnostics.yml"):
         result = site.play(playbook, "-e", f"@{day2_vars}", timeout=900)
         assert result.returncode == 0, f"{playbook}: {result.stdout[-4000:]}"

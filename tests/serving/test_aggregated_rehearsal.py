@@ -152,7 +152,7 @@ def test_readiness_day2_and_monitoring_cover_aggregated_instances(aggregated: Ag
         ]
     before = aggregated.pids()
     restart = aggregated.play(
-        "playbooks/day2/restart.yml", serving_instances=layout, serving_restart="aggregated-1"
+        "playbooks/day2/restart.yml", serving_instances=layout, day2_restart="aggregated-1"
     )
     assert restart.returncode == 0, restart.stdout[-4000:]
     after = aggregated.pids()

@@ -140,7 +140,7 @@ def test_day2_status_restart_and_profile(deployment: Deployment) -> None:
     assert status.count("RUNNING pid") == 3 and status.count("| health 200") == 3
     assert re.search(r"no\s+nvidia-smi:\s+simulated\s+GPUs", status)
     before = deployment.pids()
-    _day2(deployment, "restart.yml", "-e", "serving_restart=decode")
+    _day2(deployment, "restart.yml", "-e", "day2_restart=decode")
     after = deployment.pids()
     assert after["decode"] != before["decode"]
     assert (after["prefill"], after["router"]) == (before["prefill"], before["router"])
@@ -152,7 +152,7 @@ def test_day2_status_restart_and_profile(deployment: Deployment) -> None:
 def test_day2_collect_diagnostics(deployment: Deployment, tmp_path: Path) -> None:
     import tarfile
 
-    _day2(deployment, "collect-diagnostics.yml", "-e", f"serving_diagnostics_local_dir={tmp_path}")
+    _day2(deployment, "collect-diagnostics.yml", "-e", f"day2_diagnostics_local_dir={tmp_path}")
     bundles = list(tmp_path.glob("pd-diagnostics-localhost-*.tar.gz"))
     assert len(bundles) == 1
     with tarfile.open(bundles[0]) as tar:

@@ -115,7 +115,7 @@ def test_day2_status_and_restart_by_instance_name(layout: Layout) -> None:
             -4000:
         ]
     before = layout.pids()
-    restart = layout.play("playbooks/day2/restart.yml", layout.one_p_three_d(), serving_restart="decode-1")
+    restart = layout.play("playbooks/day2/restart.yml", layout.one_p_three_d(), day2_restart="decode-1")
     assert restart.returncode == 0, restart.stdout[-4000:]
     after = layout.pids()
     assert after["decode-1"] != before["decode-1"]

@@ -47,7 +47,17 @@ def test_the_validation_role_requires_the_tokenizer() -> None:
     defaults = yaml.safe_load((ROOT / "roles/validation/defaults/main.yml").read_text())
     assert defaults["validation_tokenizer_required"] is True
     assert defaults["validation_tokenizer"] == "{{ appliance_model_dir }}/tokenizer.json"
-    tasks = yaml.safe_load((ROOT / "roles/validation/tasks/measure.yml").read_text())
-    gate = next(t for t in tasks if t.get("name") == "Probe and measure the deployed configuration")
-    assert gate["pd_bench"]["tokenizer_required"] == "{{ validation_tokenizer_required }}"
-    assert gate["pd_bench"]["tokenizer"] == "{{ validation_tokenizer_in_use }}"
+    # The deployed configuration's measurement is the role's one pd_bench call (bench.yml).
+    measure = yaml.safe_load((ROOT / "roles/validation/tasks/measure.yml").read_text())
+    deployed = next(t for t in measure if t.get("name") == "Probe and measure the deployed configuration")
+    assert deployed["ansible.builtin.include_tasks"] == "bench.yml"
+    assert deployed["vars"]["__validation_bench_variant"] == "deployed"
+    bench = [
+        t for t in yaml.safe_load((ROOT / "roles/validation/tasks/bench.yml").read_text()) if "pd_bench" in t
+    ]
+    assert len(bench) == 1
+    assert bench[0]["pd_bench"]["tokenizer_required"] == "{{ validation_tokenizer_required }}"
+    assert (
+        bench[0]["pd_bench"]["tokenizer"]
+        == "{{ validation_tokenizer_in_use | default(validation_tokenizer) }}"
+    )
