@@ -48,6 +48,10 @@ CONTROL_ACTIONS = {
 }  # fmt: skip
 
 
+# The rehearsal's filters: the product's and the stand-ins' (ansible.cfg names only the product's).
+REHEARSAL_FILTER_PLUGINS = f"{ROOT / 'plugins/filter'}:{ROOT / 'standins/plugins/filter'}"
+
+
 def _run(argv: list[str], env: dict[str, str] | None = None) -> float:
     """Wall seconds of one command run from the checkout; fails loudly with its tail."""
     started = time.monotonic()
@@ -84,8 +88,7 @@ def _timed_env(out: Path) -> dict[str, str]:
     return dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        # The rehearsal's filters: the product's and the stand-ins' (ansible.cfg names only the product's).
-        ANSIBLE_FILTER_PLUGINS=f"{ROOT / 'plugins/filter'}:{ROOT / 'standins/plugins/filter'}",
+        ANSIBLE_FILTER_PLUGINS=REHEARSAL_FILTER_PLUGINS,
         ANSIBLE_CALLBACK_PLUGINS=f"{ROOT / 'plugins/callback'}:{ROOT / 'benchmarks/callbacks'}",
         ANSIBLE_CALLBACKS_ENABLED="pd_plugin_preload,pd_task_times",
         PD_TASK_TIMES_OUT=str(out),
@@ -171,7 +174,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/noop_rerun.md")
     args = parser.parse_args()
     ref = reference(args.reference_tasks)
-    walls = [_run([str(BIN / "pd-appliance"), "deploy", "-i", args.inventory]) for _ in range(args.runs)]
+    # As `make deploy` runs it on the rehearsal: with the stand-ins' filters on the path.
+    rehearsal = dict(os.environ, ANSIBLE_FILTER_PLUGINS=REHEARSAL_FILTER_PLUGINS)
+    deploy = [str(BIN / "pd-appliance"), "deploy", "-i", args.inventory]
+    walls = [_run(deploy, rehearsal) for _ in range(args.runs)]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "times.json"
         _run([str(BIN / "ansible-playbook"), "site.yml", "-i", args.inventory], _timed_env(out))
