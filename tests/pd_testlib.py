@@ -17,8 +17,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
+
+from pd_appliance.serving.polling import poll
 
 ROOT = Path(__file__).resolve().parents[1]
 # The rehearsal engine's start-up rates for a test that starts it by hand: no JIT or graph-capture
@@ -245,3 +248,17 @@ def two_host_layout(prefill_host: dict, decode_host: dict, **shared: object) -> 
                      "serving_ib_device": "mlx5_0", **shared},
         }
     }  # fmt: skip
+
+
+def wait_http(url: str, timeout_s: float = 60.0) -> None:
+    """Return once `url` answers 200 (a worker or router a test started); TimeoutError after `timeout_s`."""
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    if not poll(answers, bool, timeout_s, 0.2).settled:
+        raise TimeoutError(f"{url} did not answer 200 within {timeout_s} s")

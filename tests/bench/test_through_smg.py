@@ -6,33 +6,18 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pd_appliance.bench.runner import measure_sync, plan_from_lists
-from pd_testlib import FAST_ENGINE_START, reserve_ports
+from pd_testlib import FAST_ENGINE_START, reserve_ports, wait_http
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 SIM_TTFT_MS, SIM_TPOT_MS = 30.0, 4.0
-
-
-def wait_http(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(f"{url} did not answer 200 within {timeout_s} s")
 
 
 @pytest.fixture(scope="module")

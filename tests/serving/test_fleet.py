@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,23 +17,10 @@ import pytest
 
 from pd_appliance.bench.faults import LoadSpec, measure
 from pd_appliance.serving import fleet
-from pd_testlib import FAST_ENGINE_START, reserve_ports
+from pd_testlib import FAST_ENGINE_START, reserve_ports, wait_http
 
 BIN = Path(sys.executable).parent
 KEY = "fleet-test-key-3c9a"
-
-
-def _wait_health(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not answer 200 within {timeout_s} s")
 
 
 @pytest.fixture
@@ -59,7 +45,7 @@ def router(tmp_path: Path) -> Iterator[dict[str, object]]:
                 [str(c) for c in cmd], env=env, stdout=log, stderr=subprocess.STDOUT
             )
         for p in (p1, d1, p2, d2):
-            _wait_health(f"http://127.0.0.1:{p}/health")
+            wait_http(f"http://127.0.0.1:{p}/health")
         smg = [BIN / "smg", "launch", "--pd-disaggregation", "--prefill", f"http://127.0.0.1:{p1}", b1,
                "--decode", f"http://127.0.0.1:{d1}", "--host", "127.0.0.1", "--port", port,
                "--policy", "round_robin", "--prometheus-host", "127.0.0.1", "--prometheus-port", metrics,
@@ -69,7 +55,7 @@ def router(tmp_path: Path) -> Iterator[dict[str, object]]:
         procs["router"] = subprocess.Popen(
             [str(c) for c in smg], env=env, stdout=log, stderr=subprocess.STDOUT
         )
-        _wait_health(f"http://127.0.0.1:{port}/readiness")
+        wait_http(f"http://127.0.0.1:{port}/readiness")
         yield {"url": f"http://127.0.0.1:{port}", "p2": (p2, b2), "d2": d2, "procs": procs}
     finally:
         for proc in procs.values():
