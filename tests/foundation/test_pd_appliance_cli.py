@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pd_appliance import cli
+from pd_testlib import ansible_env
 
 
 def events():
@@ -147,6 +148,7 @@ def test_deploy_preflight_records_a_run(repo_root: Path, rehearsal_inventory_cop
     result = subprocess.run(
         [str(binary), "deploy", "-i", str(rehearsal_inventory_copy), "--tags", "preflight", "-q"],
         cwd=repo_root,
+        env=ansible_env(),  # the rehearsal's filter path, as `make deploy` sets it
         capture_output=True,
         text=True,
         timeout=600,
