@@ -72,7 +72,7 @@ def _search_start(declared: Any, variant_list: Any, budget_s: Any, started: Any)
 
 
 def _search_end_stage(state: Any, stage: Any, measurements: Any, objective: Any) -> dict[str, Any]:
-    """objective: choose.yml's (concurrency, floors, max_error_rate, concurrency_levels)."""
+    """objective: roles/tuning's (concurrency, floors, max_error_rate, concurrency_levels)."""
     o = dict(objective)
     typed = {
         "concurrency": int(o["concurrency"]),

@@ -40,9 +40,9 @@ options:
 EXAMPLES = r"""
 - name: Pick the fastest variant
   pd_bench_select:
-    measurements: "{{ validation_measurements }}"
+    measurements: "{{ [tuning_deployed] + tuning_measurements }}"
     concurrency: 16
-  register: validation_selection
+  register: tuning_selection
 """
 
 RETURN = r"""

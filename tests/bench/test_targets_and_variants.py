@@ -50,7 +50,7 @@ def test_side_by_side_table_and_plot_show_every_variant(tmp_path: Path) -> None:
 
 
 def test_a_candidate_that_never_came_up_is_reported_with_its_log_tail(tmp_path: Path) -> None:
-    """What roles/validation/tasks/variant.yml records for a candidate ruled out: why, the blamed
+    """What roles/tuning/tasks/apply.yml records for a candidate ruled out: why, the blamed
     programs' log tails (the Markdown shows their last lines), what was put back and its probe."""
     tail = "".join(f"line {i}\n" for i in range(40)) + "AssertionError: Only EAGLE and DSPARK ...\n"
     why = "gpu1: pd:decode on gpu1 did not become healthy: supervisor reports BACKOFF (Exited too quickly)"

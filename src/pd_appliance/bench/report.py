@@ -288,7 +288,7 @@ RULED_OUT_TAIL_LINES = 15
 
 
 def ruled_out(report: Mapping[str, Any]) -> list[str]:
-    """Markdown: each candidate that never came up (roles/validation/tasks/variant.yml), why, what
+    """Markdown: each candidate that never came up (roles/tuning/tasks/apply.yml), why, what
     was put back and whether it was re-verified, and the end of each blamed program's log."""
     out = [m for m in report["variants"] if m.get("ruled_out")]
     if not out:
