@@ -84,4 +84,14 @@ def test_top_kernels_ranks_by_total_time_across_traces(tmp_path) -> None:
     assert [row["kernel"] for row in report["top"]] == ["_tiled_sparse_decode_kernel", "moe_gemv"]
     assert report["top"][0]["calls"] == 2 and report["top"][0]["total_ms"] == 1.23
     assert report["kernel_time_ms"] == 1.5 and report["top"][0]["share"] == 0.82
-    assert not report["simulated"]
+    assert report["stand_in"] == []
+
+
+def test_top_kernels_names_what_wrote_a_trace_in_an_engine_s_place(tmp_path) -> None:
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "dur": 5.0}]
+    (tmp_path / "a.trace.json").write_text(
+        json.dumps({"stand_in": "an engine stand-in", "traceEvents": events})
+    )
+    (tmp_path / "b.trace.json").write_text(json.dumps({"traceEvents": events}))
+    report = top_kernels(find_traces(str(tmp_path)))
+    assert report["stand_in"] == ["an engine stand-in"] and report["top"][0]["calls"] == 2

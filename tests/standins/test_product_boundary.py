@@ -31,14 +31,10 @@ STILL_SIMULATED = frozenset(
         "roles/preflight/tasks/fabric.yml",
         "roles/preflight/tasks/gpus.yml",
         "roles/preflight/tasks/topology.yml",
-        "roles/day2/tasks/diagnostics.yml",
-        "roles/day2/tasks/profile.yml",
-        "roles/day2/tasks/status.yml",
         "roles/validation/tasks/facts.yml",
         "src/pd_appliance/gpu/__init__.py",
         "src/pd_appliance/gpu/facts.py",
         "src/pd_appliance/gpu/topology.py",
-        "src/pd_appliance/serving/day2.py",
     }
 )
 

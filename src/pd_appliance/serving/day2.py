@@ -266,13 +266,16 @@ def read_trace(path: Path) -> dict[str, Any]:
 
 
 def top_kernels(traces: Iterable[Path], top: int = 15) -> dict[str, Any]:
-    """GPU kernels by total time across torch-profiler traces (chrome format, 'kernel' events)."""
+    """GPU kernels by total time across torch-profiler traces (chrome format, 'kernel' events).
+    `stand_in` lists what wrote traces in an engine's place, in its own words (a trace's `stand_in`
+    key: the rehearsal engine's say so), so the report never passes them off as GPU measurements."""
     totals: dict[str, list[float]] = {}
-    simulated = False
+    stand_ins: set[str] = set()
     files = []
     for path in traces:
         data = read_trace(path)
-        simulated = simulated or bool(data.get("simulated"))
+        if data.get("stand_in"):
+            stand_ins.add(str(data["stand_in"]))
         files.append(str(path))
         for event in data.get("traceEvents", []):
             if event.get("ph") == "X" and str(event.get("cat", "")).lower() in ("kernel", "gpu_kernel"):
@@ -286,7 +289,8 @@ def top_kernels(traces: Iterable[Path], top: int = 15) -> dict[str, Any]:
          "share": round(us / total_us, 4) if total_us else 0.0}
         for name, (us, calls) in ranked
     ]  # fmt: skip
-    return {"traces": files, "kernel_time_ms": round(total_us / 1000, 3), "top": rows, "simulated": simulated}
+    return {"traces": files, "kernel_time_ms": round(total_us / 1000, 3), "top": rows,
+            "stand_in": sorted(stand_ins)}  # fmt: skip
 
 
 def find_traces(directory: str, since: float = 0.0) -> list[Path]:

@@ -13,4 +13,7 @@ from pd_standins import __version__
 
 SIMULATOR_NAME = "pd-sim-worker"
 SIMULATOR_HEADER = "X-PD-Simulator"
+# What a profile trace of the rehearsal engine says wrote it (its `stand_in` key), so the day-2
+# profile report names the stand-in instead of passing the trace off as GPU kernels.
+TRACE_STAND_IN = f"{SIMULATOR_NAME}, the rehearsal engine (serving_engine_command, standins/declared.yml)"
 SIMULATOR_BANNER = f"{SIMULATOR_NAME}/{__version__} (rehearsal engine; simulated output, not SGLang)"

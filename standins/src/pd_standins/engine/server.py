@@ -38,7 +38,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from pd_standins import __version__
-from pd_standins.engine import SIMULATOR_BANNER, SIMULATOR_HEADER, SIMULATOR_NAME
+from pd_standins.engine import SIMULATOR_BANNER, SIMULATOR_HEADER, SIMULATOR_NAME, TRACE_STAND_IN
 from pd_standins.engine.bootstrap import (
     ROOM_TTL_S,
     BootstrapRooms,
@@ -337,7 +337,13 @@ class SimWorker:
                 + [("simulated_rmsnorm", 20.0)]
             )
         ]
-        payload = {"simulated": True, "engine": SIMULATOR_NAME, "traceEvents": events}
+        # `stand_in` names what wrote the trace, as the day-2 profile report prints it (STAND-IN (...)).
+        payload = {
+            "simulated": True,
+            "engine": SIMULATOR_NAME,
+            "stand_in": TRACE_STAND_IN,
+            "traceEvents": events,
+        }
         out.write_bytes(gzip.compress(json.dumps(payload).encode()))
         return web.Response(text=f"Stop profiling. Simulated trace written to {out}\n")
 
