@@ -63,11 +63,18 @@ def run_module(module: str, args: dict, *flags: str) -> dict:
     return json.loads(result) | {"failed": "FAILED" in status, "output": done.stdout}
 
 
-def run_playbook(playbook: str | Path, inventory: str | Path, *args: str, timeout: int = 900):
-    """Run ansible-playbook from the checkout and return the CompletedProcess (never raises on rc)."""
+def run_playbook(
+    playbook: str | Path,
+    inventory: str | Path,
+    *args: str,
+    timeout: int = 900,
+    env: dict[str, str] | None = None,
+):
+    """Run ansible-playbook from the checkout and return the CompletedProcess (never raises on rc);
+    `env` replaces ansible_env() (a stand-in's knob for the modules a local host runs)."""
     binary = Path(sys.executable).parent / "ansible-playbook"
     cmd = [str(binary) if binary.exists() else "ansible-playbook", str(playbook), "-i", str(inventory), *args]
-    return run_owned(cmd, timeout)
+    return run_owned(cmd, timeout, env)
 
 
 def run_owned(

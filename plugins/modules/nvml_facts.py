@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: nvml_facts
-short_description: GPU facts from NVML (nvidia-ml-py) and sysfs, or simulated GPUs in rehearsal
+short_description: GPU facts from NVML (nvidia-ml-py) and sysfs
 description:
   - Sets C(pd_gpus) (one dict per GPU, keys as in CONTRIBUTING.md "Facts"), C(pd_gpu_driver_version),
     C(pd_gpu_cuda_version) and C(pd_gpu_topology) (link and P2P matrices).
@@ -13,20 +13,16 @@ description:
     module_not_loaded, driver_version_mismatch, gpu_fell_off_bus), C(detail) and C(fix).
   - Needs pd_appliance and nvidia-ml-py in the interpreter; run it with the tools venv
     (C(ansible_python_interpreter={{ appliance_tools_python }})).
+  - Where the NVML module says what it stands in as (its C(STAND_IN)), every GPU carries that as C(stand_in).
 options:
-  simulated_gpus:
-    description: GPUs to report instead of NVML (rehearsal); each must carry C(simulated=true).
-    type: list
-    elements: dict
-    default: []
-  simulated_driver_version:
-    description: Driver version reported with I(simulated_gpus).
+  nvml_module:
+    description: The pynvml-shaped module NVML is read through (a declared stand-in's where one answers).
     type: str
-    default: simulated
-  simulated_cuda_version:
-    description: CUDA version reported with I(simulated_gpus).
+    default: pynvml
+  nvml_path:
+    description: A directory put first on the import path for I(nvml_module) (empty for none).
     type: str
-    default: simulated
+    default: ""
   sysfs_root:
     description: Where sysfs is mounted (tests point it at a tree of their own).
     type: path
@@ -54,18 +50,17 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
 def main() -> None:
-    """Parse arguments, gather (or simulate) the facts, exit."""
+    """Parse arguments, gather the facts, exit."""
     module = AnsibleModule(
         argument_spec={
-            "simulated_gpus": {"type": "list", "elements": "dict", "default": []},
-            "simulated_driver_version": {"type": "str", "default": "simulated"},
-            "simulated_cuda_version": {"type": "str", "default": "simulated"},
+            "nvml_module": {"type": "str", "default": "pynvml"},
+            "nvml_path": {"type": "str", "default": ""},
             "sysfs_root": {"type": "path", "default": "/sys"},
         },
         supports_check_mode=True,
     )
     try:
-        from pd_appliance.gpu import GpuFactsError, gather_gpu_facts, simulated_facts
+        from pd_appliance.gpu import GpuFactsError, gather_gpu_facts, load_nvml
         from pd_appliance.gpu.diagnose import HostProbe
     except ImportError as err:
         module.fail_json(
@@ -75,12 +70,8 @@ def main() -> None:
         )
     params = module.params
     try:
-        if params["simulated_gpus"]:
-            facts = simulated_facts(
-                params["simulated_gpus"], params["simulated_driver_version"], params["simulated_cuda_version"]
-            )
-        else:
-            facts = gather_gpu_facts(probe=HostProbe(sysfs_root=Path(params["sysfs_root"])))
+        nvml = load_nvml(params["nvml_module"], params["nvml_path"])
+        facts = gather_gpu_facts(nvml, probe=HostProbe(sysfs_root=Path(params["sysfs_root"])))
     except GpuFactsError as err:
         module.fail_json(msg=str(err), **err.as_dict())
     module.exit_json(changed=False, ansible_facts=facts)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pd_standins import nvml as standin_nvml
 from pd_testlib import ROOT, run_playbook
 
 pytestmark = pytest.mark.slow
@@ -75,7 +76,10 @@ def test_rehearsal_reports_simulated_gpus_and_renders_the_files(
         in _flat(done.stdout)
     )
     facts = json.loads(out.read_text())
-    assert len(facts["pd_gpus"]) == 8 and all(g["simulated"] for g in facts["pd_gpus"])
+    # The product's NVML code read them through the stand-in's pynvml-shaped module, which names itself.
+    assert len(facts["pd_gpus"]) == 8 and {g["stand_in"] for g in facts["pd_gpus"]} == {standin_nvml.STAND_IN}
+    assert f"STAND-IN ({standin_nvml.STAND_IN}): pd_gpus are the 8 GPUs it answers for" in _flat(done.stdout)
+    assert [g["cpu_list"] for g in facts["pd_gpus"][3:5]] == ["0-31", "32-63"]
     assert facts["driver"] == "580.159.04"
     assert facts["topology"]["link"][0][7] == "SYS"
     root = rehearsal_inventory_copy.parent.parent / ".rehearsal" / "root"

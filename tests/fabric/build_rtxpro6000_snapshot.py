@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pd_appliance.gpu.facts import simulated_facts
+from pd_appliance.gpu.diagnose import HostProbe
+from pd_appliance.gpu.facts import gather_gpu_facts
+from pd_standins import nvml as standin_nvml
 from pd_standins.gpus import simulated_gpu, simulated_pci_snapshot
 
 OUT = Path(__file__).parent / "fixtures" / "rtxpro6000-8gpu" / "healthy.json"
@@ -28,7 +30,7 @@ CROSS_SOCKET_P2P = "CHIPSET_NOT_SUPPORTED"
 
 def dual_socket_nvml() -> dict[str, object]:
     """NVML facts (pd_gpus, pd_gpu_topology) with P2P off across the two sockets."""
-    facts = simulated_facts([simulated_gpu(i) for i in range(8)], "580.159.04", "13.0")
+    facts = gather_gpu_facts(standin_nvml, HostProbe(sysfs_root=Path("/nonexistent-sysfs")))
     topo = facts["pd_gpu_topology"]
     for key in ("p2p_read", "p2p_write", "p2p_atomics"):
         topo[key] = [

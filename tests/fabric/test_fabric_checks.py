@@ -14,7 +14,8 @@ from fabric_snapshots import CASES, CONFIG, H200, LAB_TARGETS, RTX, apply_case, 
 
 from pd_appliance.fabric import collect, findings, inventory, kv_need, nvml, pcie, preflight
 from pd_appliance.gpu.diagnose import HostProbe
-from pd_appliance.gpu.facts import gather_gpu_facts, simulated_facts
+from pd_appliance.gpu.facts import gather_gpu_facts
+from pd_standins import nvml as standin_nvml
 from pd_standins.gpus import simulated_gpu, simulated_pci_snapshot
 
 PREFILL, DECODE = [0, 1, 2, 3], [4, 5, 6, 7]
@@ -179,8 +180,9 @@ def test_collector_says_why_lspci_is_missing(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def lab_facts(**changes: Any) -> dict[str, Any]:
-    """NVML facts of a healthy 8-GPU host: the simulated-GPU stand-in's GPUs, as the driver stage sees."""
-    facts = simulated_facts([simulated_gpu(i) for i in range(8)], "580.159.04", "13.0")
+    """NVML facts of a healthy 8-GPU host: the GPU stand-in's (pd_standins.nvml), as the driver stage
+    reads them (no sysfs of its GPUs: NVML places them)."""
+    facts = gather_gpu_facts(standin_nvml, HostProbe(sysfs_root=Path("/nonexistent-sysfs")))
     for index, fields in changes.items():
         facts["pd_gpus"][int(index.lstrip("g"))].update(fields)
     return facts
@@ -188,7 +190,7 @@ def lab_facts(**changes: Any) -> dict[str, Any]:
 
 def test_simulated_host_passes_the_nvml_checks_for_real() -> None:
     facts = lab_facts()
-    assert facts["pd_gpu_topology"]["simulated"] is True
+    assert facts["pd_gpus"][0]["stand_in"] == standin_nvml.STAND_IN
     assert facts["pd_gpu_topology"]["p2p_write"][0][4] == "OK"
     assert nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", PREFILL, DECODE) == []
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pd_testlib import run_playbook
+from pd_testlib import ansible_env, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -70,14 +70,11 @@ def test_driver_stage_runs_the_nvml_checks_on_the_simulated_gpus(
     healthy = run_playbook(play, rehearsal_inventory_copy)
     assert healthy.returncode == 0, _flat(healthy.stdout)[-3000:]
     assert "TASK [nvidia_driver : Fabric checks from NVML pass]" in healthy.stdout
-    _group_vars(
-        rehearsal_inventory_copy,
-        appliance_simulated_gpus="{{ range(8) | map('pd_simulated_gpu') "
-        "| map('combine', {'p2p_status': 'CHIPSET_NOT_SUPPORTED'}) | list }}",
-    )
     # P2P off everywhere: the lab's 16 prefill -> decode pairs all cross sockets (GPUs 0-3 on NUMA
-    # node 0, 4-7 on node 1), so each warns with what the NIXL check will require; no failure.
-    crossed = run_playbook(play, rehearsal_inventory_copy)
+    # node 0, 4-7 on node 1), so each warns with what the NIXL check will require; no failure. The
+    # GPU stand-in's NVML (pd_standins.nvml, run by the facts module on this local host) answers so.
+    no_p2p = {**ansible_env(), "PD_SIM_P2P_STATUS": "CHIPSET_NOT_SUPPORTED"}
+    crossed = run_playbook(play, rehearsal_inventory_copy, env=no_p2p)
     out = _flat(crossed.stdout)
     assert crossed.returncode == 0, out[-3000:]
     assert "WARNING: 16 fabric finding(s) from NVML" in out
@@ -88,7 +85,9 @@ def test_driver_stage_runs_the_nvml_checks_on_the_simulated_gpus(
     # This host has no checkpoint config.json here, so the KV need is unknown, and the warning says
     # what the NIXL check does about a host-staged path then.
     assert "KV need unknown" in out and "fails that path unless nixl_check_min_bandwidth_gb_s" in out
-    failed = run_playbook(play, rehearsal_inventory_copy, "-e", "nvidia_driver_fabric_p2p_cross_socket=fail")
+    failed = run_playbook(
+        play, rehearsal_inventory_copy, "-e", "nvidia_driver_fabric_p2p_cross_socket=fail", env=no_p2p
+    )
     out = _flat(failed.stdout)
     assert failed.returncode != 0
     assert "The GPU fabric cannot carry PD (16 problem(s))" in out

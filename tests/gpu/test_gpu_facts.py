@@ -20,17 +20,21 @@ from pd_appliance.gpu import (
     NoGpuError,
     SecureBootUnsignedError,
     gather_gpu_facts,
-    simulated_facts,
+    load_nvml,
 )
 from pd_appliance.gpu.diagnose import HostProbe
-from pd_appliance.gpu.facts import GPU_KEYS
+from pd_appliance.gpu.facts import GPU_KEYS, cpu_list_from_mask
 from pd_appliance.gpu.sysfs import SECURE_BOOT_EFIVAR, nvidia_pci_gpus, sysfs_pci_address
+from pd_standins import nvml as standin_nvml
 from pd_standins.gpus import simulated_gpu
 
 RECORDED_FACTS = json.loads((FIXTURES / "nvml_facts.json").read_text())
-# Recorded before the facts named a stand-in (issue 25): a GPU NVML reads says stand_in None.
+# Recorded before the facts named a stand-in (issue 25): a GPU NVML reads says stand_in None, and
+# the facts no longer carry the `simulated` mark (the stand-in names itself instead).
 for _gpu in RECORDED_FACTS["pd_gpus"]:
     _gpu.setdefault("stand_in", None)
+    _gpu.pop("simulated")
+RECORDED_FACTS["pd_gpu_topology"].pop("simulated")
 
 
 def _probe(root: Path, log: list[str] | None = None, signer: str | None = "") -> HostProbe:
@@ -194,15 +198,52 @@ def test_sysfs_lists_only_nvidia_gpu_functions(tmp_path: Path) -> None:
     assert sysfs_pci_address("00000000:1A:00.0") == "0000:1a:00.0"
 
 
-def test_simulated_facts_keep_the_simulated_marks() -> None:
-    gpus = [simulated_gpu(i) for i in range(8)]
-    facts = simulated_facts(gpus, "580.95.05", "13.0")
-    assert all(g["simulated"] for g in facts["pd_gpus"])
+def test_a_stand_in_nvml_module_is_read_by_the_same_code_and_names_itself(tmp_path: Path) -> None:
+    """pd_standins.nvml through gather_gpu_facts: the facts are its declared GPUs, each GPU says
+    what stands in (the module's STAND_IN), and the placement comes from NVML where sysfs (an empty
+    root here, as on a machine without the GPUs) does not list the device."""
+    facts = gather_gpu_facts(standin_nvml, _probe(tmp_path))
+    gpus = facts["pd_gpus"]
+    assert [g["uuid"] for g in gpus] == [simulated_gpu(i)["uuid"] for i in range(8)]
+    assert all(g["stand_in"] == standin_nvml.STAND_IN for g in gpus)
+    assert all(set(g) == set(GPU_KEYS) for g in gpus)
+    assert [(g["numa_node"], g["cpu_list"]) for g in gpus[3:5]] == [(0, "0-31"), (1, "32-63")]
+    assert gpus[0]["bar1_total_mib"] == 131072 and gpus[0]["persistence_mode"] is True
+    assert (
+        facts["pd_gpu_driver_version"] == standin_nvml.DRIVER_VERSION
+        and facts["pd_gpu_cuda_version"] == "13.0"
+    )
     link = facts["pd_gpu_topology"]["link"]
     assert link[0][3] == "NODE" and link[0][4] == "SYS" and link[5][5] == "X"
-    assert facts["pd_gpu_topology"]["simulated"] is True
+    assert facts["pd_gpu_topology"]["p2p_write"][0][4] == "OK"
 
 
-def test_simulated_facts_refuse_an_entry_not_marked_simulated() -> None:
-    with pytest.raises(GpuFactsError, match="simulated"):
-        simulated_facts([dict(simulated_gpu(0), simulated=False)], "580.95.05", "13.0")
+def test_pynvml_itself_names_no_stand_in(tmp_path: Path) -> None:
+    nvml = FakeNvml.recorded()
+    assert all(g["stand_in"] is None for g in gather_gpu_facts(nvml, _host(tmp_path, nvml))["pd_gpus"])
+
+
+def test_sysfs_places_a_device_it_lists_and_nvml_only_one_it_does_not(tmp_path: Path) -> None:
+    """A GPU sysfs lists keeps sysfs's answer even where that is "unknown" (-1): NVML's placement
+    only fills in for a device this root's PCI tree does not hold."""
+    nvml = FakeNvml.recorded()
+    nvml.devices[0]["sysfs_numa_node"] = "-1"
+    nvml.nvmlDeviceGetNumaNodeId = lambda _h: 7  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetCpuAffinity = lambda _h, _n: [0xF]  # type: ignore[attr-defined]
+    listed = gather_gpu_facts(nvml, _host(tmp_path, nvml))["pd_gpus"][0]
+    assert listed["numa_node"] is None
+    unlisted = gather_gpu_facts(nvml, _probe(tmp_path / "empty"))["pd_gpus"][0]
+    assert (unlisted["numa_node"], unlisted["cpu_list"]) == (7, "0-3")
+
+
+def test_cpu_affinity_words_read_as_the_kernel_s_cpu_list() -> None:
+    assert cpu_list_from_mask([0xFFFFFFFF, 0]) == "0-31"
+    assert cpu_list_from_mask([0b1011, 1 << 63, 1]) == "0-1,3,127-128"
+    assert cpu_list_from_mask([0, 0]) is None
+
+
+def test_an_nvml_module_that_does_not_import_names_the_option(tmp_path: Path) -> None:
+    with pytest.raises(GpuFactsError, match="nvml_module 'no_such_nvml'"):
+        load_nvml("no_such_nvml", str(tmp_path))
+    (tmp_path / "elsewhere_nvml.py").write_text("STAND_IN = 'a test'\n")
+    assert load_nvml("elsewhere_nvml", str(tmp_path)).STAND_IN == "a test"

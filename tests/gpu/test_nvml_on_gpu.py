@@ -49,7 +49,7 @@ def test_every_gpu_matches_nvidia_smi(facts: dict) -> None:
         assert gpu["memory_total_mib"] == int(mem)
         assert gpu["pci_bus_id"].lower() == bus_id.lower()
         assert facts["pd_gpu_driver_version"] == driver
-        assert gpu["simulated"] is False
+        assert gpu["stand_in"] is None
         assert gpu["pcie_generation"] >= 1 and gpu["pcie_width"] >= 1
 
 

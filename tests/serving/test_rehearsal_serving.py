@@ -21,7 +21,7 @@ import pytest
 from serving_testlib import Deployment, _changed, _post, private_deployment
 
 from pd_standins.engine import TRACE_STAND_IN
-from pd_standins.gpus import STAND_IN
+from pd_standins.nvml import STAND_IN
 from pd_testlib import run_playbook
 from rehearsal_deployment import PD_PORTS
 

@@ -24,17 +24,11 @@ PRODUCT = ("roles", "playbooks", "plugins", "src/pd_appliance", "site.yml", "ans
 WORD = re.compile(r"(?<![a-z])simulated(?![a-z])", re.IGNORECASE)
 STILL_SIMULATED = frozenset(
     {
-        "plugins/modules/nvml_facts.py",
         "roles/appliance_defaults/defaults/main.yml",
         "roles/appliance_defaults/meta/argument_specs.yml",
-        "roles/nvidia_driver/tasks/gpu_facts.yml",
         "roles/preflight/tasks/fabric.yml",
         "roles/preflight/tasks/gpus.yml",
         "roles/preflight/tasks/topology.yml",
-        "roles/validation/tasks/facts.yml",
-        "src/pd_appliance/gpu/__init__.py",
-        "src/pd_appliance/gpu/facts.py",
-        "src/pd_appliance/gpu/topology.py",
     }
 )
 

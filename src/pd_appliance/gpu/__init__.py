@@ -15,7 +15,7 @@ from pd_appliance.gpu.errors import (
     NoGpuError,
     SecureBootUnsignedError,
 )
-from pd_appliance.gpu.facts import gather_gpu_facts, simulated_facts
+from pd_appliance.gpu.facts import gather_gpu_facts, load_nvml
 
 __all__ = [
     "DriverMismatchError",
@@ -26,5 +26,5 @@ __all__ = [
     "NoGpuError",
     "SecureBootUnsignedError",
     "gather_gpu_facts",
-    "simulated_facts",
+    "load_nvml",
 ]

@@ -1,12 +1,16 @@
-"""Gather the pd_gpus / pd_gpu_* facts from NVML and sysfs (or from simulated GPUs in rehearsal).
+"""Gather the pd_gpus / pd_gpu_* facts from NVML and sysfs.
 
 The keys of each GPU dict are the contract in CONTRIBUTING.md ("Facts"); the serving role reads
-numa_node and cpu_list from them for pinning.
+numa_node and cpu_list from them for pinning. NVML is a pynvml-shaped module, `pynvml`
+(nvidia-ml-py) unless the caller names another: where a declared stand-in answers in NVML's place
+(standins/declared.yml), its module says what it is in `STAND_IN`, and every GPU carries that as
+`stand_in`, so whatever shows the GPU names the stand-in in its own words.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 from pd_appliance.gpu import sysfs
@@ -17,7 +21,7 @@ from pd_appliance.gpu.diagnose import (
     lost_gpu_error,
 )
 from pd_appliance.gpu.errors import GpuFactsError
-from pd_appliance.gpu.topology import nvml_topology, simulated_topology
+from pd_appliance.gpu.topology import nvml_topology
 
 GPU_KEYS = (
     "index",
@@ -38,7 +42,6 @@ GPU_KEYS = (
     "ecc_errors_uncorrected",
     "memory_bus_width_bits",
     "memory_clock_max_mhz",
-    "simulated",
     # What stands in for the GPU where a stand-in does (its own words), None for a GPU NVML reads.
     "stand_in",
 )
@@ -46,22 +49,62 @@ NVML_ERROR_NOT_SUPPORTED = 3
 # pynvml's NVML_CLOCK_MEM (nvmlClockType_t).
 NVML_CLOCK_MEM = 2
 MIB = 1024 * 1024
+# pynvml's nvmlDeviceGetCpuAffinity answers in 64-bit words (c_ulonglong); 16 cover 1,024 CPUs.
+CPU_AFFINITY_WORDS = 16
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def load_nvml() -> Any:
-    """Import pynvml (nvidia-ml-py); its absence is a tools-venv problem, not a driver problem."""
+def load_nvml(module: str = "pynvml", path: str = "") -> Any:
+    """Import the pynvml-shaped module (nvidia-ml-py's pynvml on a lab host), from `path` first where
+    one is given (a module that is no part of the tools venv); its absence is a tools-venv problem,
+    not a driver problem."""
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
     try:
-        return importlib.import_module("pynvml")
+        return importlib.import_module(module)
     except ImportError as err:
         raise GpuFactsError(
             f"the Python NVML bindings are missing ({err}).",
-            "install nvidia-ml-py into the interpreter that runs nvml_facts (the appliance_tools role "
-            "does this for the tools venv).",
+            f"install nvidia-ml-py into the interpreter that runs nvml_facts (the appliance_tools role "
+            f"does this for the tools venv), or name a module that exists (nvml_module {module!r}).",
         ) from err
+
+
+def cpu_list_from_mask(words: Any) -> str | None:
+    """nvmlDeviceGetCpuAffinity's 64-bit words as the kernel's list form ("0-31,64-95")."""
+    cpus = [64 * w + bit for w, word in enumerate(words) for bit in range(64) if int(word) >> bit & 1]
+    spans: list[list[int]] = []
+    for cpu in cpus:
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in spans) or None
+
+
+def _answer_or_none(nvml: Any, call: Any, *args: Any) -> Any:
+    """A placement NVML may not give (a driver older than the call, a board without it): None on
+    any NVML error, since sysfs is the placement's source and this only fills in where it is silent."""
+    try:
+        return call(*args)
+    except nvml.NVMLError:
+        return None
+
+
+def _placement(nvml: Any, handle: Any, sysfs_root: Any, address: str) -> tuple[int | None, str | None]:
+    """(numa_node, cpu_list) from sysfs, as the kernel sees the device. A device that sysfs does not
+    list at all (a GPU NVML reports that this root's PCI tree does not hold) is placed by NVML's own
+    answer (nvmlDeviceGetNumaNodeId, nvmlDeviceGetCpuAffinity), None where NVML has none either."""
+    if sysfs.pci_device_listed(sysfs_root, address):
+        return sysfs.numa_node(sysfs_root, address), sysfs.cpu_list(sysfs_root, address)
+    node = _answer_or_none(nvml, nvml.nvmlDeviceGetNumaNodeId, handle)
+    mask = _answer_or_none(nvml, nvml.nvmlDeviceGetCpuAffinity, handle, CPU_AFFINITY_WORDS)
+    return (None if node is None or int(node) < 0 else int(node)), (
+        None if mask is None else cpu_list_from_mask(mask)
+    )
 
 
 def cuda_version_string(encoded: int) -> str:
@@ -79,7 +122,9 @@ def _optional(nvml: Any, call: Any, *args: Any) -> Any:
         raise
 
 
-def gpu_entry(nvml: Any, handle: Any, index: int, sysfs_root: Any) -> dict[str, Any]:
+def gpu_entry(
+    nvml: Any, handle: Any, index: int, sysfs_root: Any, stand_in: str | None = None
+) -> dict[str, Any]:
     """One GPU's facts. PCIe generation is the link's maximum with this slot (the current one drops
     at idle, so pcie_generation_current is an idle reading); pcie_generation_gpu_max is what the GPU
     itself can do. The width is the current one, so a link trained down to x8 shows as 8 against
@@ -100,6 +145,7 @@ def gpu_entry(nvml: Any, handle: Any, index: int, sysfs_root: Any) -> dict[str, 
     # The memory bandwidth the decode roofline divides by (pd_appliance.bench.roofline).
     bus_width = _optional(nvml, nvml.nvmlDeviceGetMemoryBusWidth, handle)
     memory_clock = _optional(nvml, nvml.nvmlDeviceGetMaxClockInfo, handle, NVML_CLOCK_MEM)
+    numa_node, cpus = _placement(nvml, handle, sysfs_root, address)
     return {
         "index": index,
         "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
@@ -113,14 +159,13 @@ def gpu_entry(nvml: Any, handle: Any, index: int, sysfs_root: Any) -> dict[str, 
         "pcie_generation_gpu_max": None if gpu_max_gen is None else int(gpu_max_gen),
         "pcie_width_max": int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
         "bar1_total_mib": None if bar1 is None else int(bar1.bar1Total) // MIB,
-        "numa_node": sysfs.numa_node(sysfs_root, address),
-        "cpu_list": sysfs.cpu_list(sysfs_root, address),
+        "numa_node": numa_node,
+        "cpu_list": cpus,
         "persistence_mode": None if persistence is None else bool(persistence == nvml.NVML_FEATURE_ENABLED),
         "ecc_errors_uncorrected": None if ecc is None else int(ecc),
         "memory_bus_width_bits": None if bus_width is None else int(bus_width),
         "memory_clock_max_mhz": None if memory_clock is None else int(memory_clock),
-        "simulated": False,
-        "stand_in": None,
+        "stand_in": stand_in,
     }
 
 
@@ -128,10 +173,11 @@ def _collect(nvml: Any, probe: HostProbe) -> dict[str, Any]:
     driver_version = _text(nvml.nvmlSystemGetDriverVersion())
     cuda_version = cuda_version_string(int(nvml.nvmlSystemGetCudaDriverVersion()))
     handles, gpus = [], []
+    stand_in = getattr(nvml, "STAND_IN", None) or None
     for index in range(int(nvml.nvmlDeviceGetCount())):
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            gpus.append(gpu_entry(nvml, handle, index, probe.sysfs_root))
+            gpus.append(gpu_entry(nvml, handle, index, probe.sysfs_root, stand_in))
         except nvml.NVMLError as err:
             if getattr(err, "value", None) == NVML_ERROR_GPU_IS_LOST:
                 raise lost_gpu_error(f"NVML reports GPU {index} as lost.", probe) from err
@@ -167,20 +213,3 @@ def gather_gpu_facts(nvml: Any = None, probe: HostProbe | None = None) -> dict[s
         raise diagnose_nvml_error(getattr(err, "value", None), str(err), probe) from err
     finally:
         nvml.nvmlShutdown()
-
-
-def simulated_facts(gpus: list[dict[str, Any]], driver_version: str, cuda_version: str) -> dict[str, Any]:
-    """Rehearsal facts: the simulated GPUs as given (each must say simulated), versions as pinned."""
-    for gpu in gpus:
-        missing = [key for key in GPU_KEYS if key not in gpu]
-        if missing or gpu.get("simulated") is not True:
-            raise GpuFactsError(
-                f"simulated GPU {gpu.get('index', '?')} lacks {missing or ['simulated: true']}.",
-                "build appliance_simulated_gpus with the pd_simulated_gpu filter.",
-            )
-    return {
-        "pd_gpus": [dict(gpu) for gpu in gpus],
-        "pd_gpu_driver_version": driver_version,
-        "pd_gpu_cuda_version": cuda_version,
-        "pd_gpu_topology": simulated_topology(gpus),
-    }

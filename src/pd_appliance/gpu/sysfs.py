@@ -58,6 +58,11 @@ def nvidia_pci_gpus(sysfs_root: Path) -> list[PciGpu]:
     return found
 
 
+def pci_device_listed(sysfs_root: Path, pci_address: str) -> bool:
+    """Whether sysfs lists the PCI device at all (the NUMA and CPU answers below are its, or absent)."""
+    return (sysfs_root / "bus" / "pci" / "devices" / pci_address).exists()
+
+
 def numa_node(sysfs_root: Path, pci_address: str) -> int | None:
     """The device's NUMA node; None when the firmware does not say (-1, a single-node host)."""
     value = _read(sysfs_root / "bus" / "pci" / "devices" / pci_address / "numa_node")

@@ -78,35 +78,10 @@ def nvml_topology(nvml: Any, handles: list[Any], bus_ids: list[str]) -> dict[str
         "link": [
             [_link_label(nvml, handles, normalized, peers, i, j) for j in range(count)] for i in range(count)
         ],
-        "simulated": False,
     }
     for key, cap in P2P_CAPS.items():
         topology[key] = [
             ["X" if i == j else _p2p(nvml, handles[i], handles[j], cap) for j in range(count)]
-            for i in range(count)
-        ]
-    return topology
-
-
-def simulated_topology(gpus: list[dict[str, Any]]) -> dict[str, Any]:
-    """The matrix a rehearsal reports: same NUMA node is NODE, else SYS. P2P is what each simulated
-    GPU says NVML would answer for its peers (`p2p_status`, "SIMULATED" where it says nothing), so
-    the fabric checks run on it as on a real host; the matrix stays marked simulated."""
-    count = len(gpus)
-
-    def link(i: int, j: int) -> str:
-        if i == j:
-            return "X"
-        return "NODE" if gpus[i].get("numa_node") == gpus[j].get("numa_node") else "SYS"
-
-    topology: dict[str, Any] = {
-        "gpus": [int(gpu["index"]) for gpu in gpus],
-        "link": [[link(i, j) for j in range(count)] for i in range(count)],
-        "simulated": True,
-    }
-    for key in P2P_CAPS:
-        topology[key] = [
-            ["X" if i == j else str(gpus[i].get("p2p_status", "SIMULATED")) for j in range(count)]
             for i in range(count)
         ]
     return topology

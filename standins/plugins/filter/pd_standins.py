@@ -1,11 +1,14 @@
 """Stand-in filters (see standins/declared.yml): pd_simulated_gpu builds a simulated GPU's facts,
-pd_simulated_pci_snapshot the PCI fabric the simulated GPUs show the preflight fabric checks.
+pd_simulated_pci_snapshot the PCI fabric the simulated GPUs show the preflight fabric checks, and
+pd_standins_import_path where a stand-in module imports from on the controller (the rehearsal's host),
+for a product option that names a module and its path (appliance_nvml_module, appliance_nvml_path).
 
 The controller's Python imports pd_standins (make venv installs it); without it, standins/src is used.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -17,8 +20,18 @@ except ImportError:  # pragma: no cover - depends on how ansible-playbook was in
 from pd_standins.gpus import simulated_gpu, simulated_pci_snapshot
 
 
+def standins_import_path(module: str) -> str:
+    """The sys.path entry `module` (a pd_standins module) imports from in the controller's Python."""
+    loaded = importlib.import_module(module)
+    return str(Path(str(loaded.__file__)).resolve().parents[module.count(".")])
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, object]:
-        return {"pd_simulated_gpu": simulated_gpu, "pd_simulated_pci_snapshot": simulated_pci_snapshot}
+        return {
+            "pd_simulated_gpu": simulated_gpu,
+            "pd_simulated_pci_snapshot": simulated_pci_snapshot,
+            "pd_standins_import_path": standins_import_path,
+        }

@@ -1,13 +1,20 @@
-"""A pynvml-shaped module over the simulated GPUs: the NVML a rehearsal's GPU exporter reads.
+"""A pynvml-shaped module over the simulated GPUs: the NVML a rehearsal's product code reads.
 
-The rehearsal has no GPU and no driver, so the exporter (pd_appliance.monitoring.gpu_exporter) is
-started with `--nvml-module pd_standins.nvml` instead of the default `pynvml`: the exporter's code
-is the same as on a lab host, only the library at the boundary differs. `STAND_IN` names what stands
-in for NVML; the exporter puts it in the `stand_in` label of every series.
+The rehearsal has no GPU and no driver, so the GPU exporter (pd_appliance.monitoring.gpu_exporter,
+`--nvml-module pd_standins.nvml`) and the GPU facts (the pd_nvml_facts module, `nvml_module`) load
+this module instead of `pynvml`: their code is the same as on a lab host, only the library at the
+boundary differs. `STAND_IN` names what stands in for NVML; the exporter puts it in the `stand_in`
+label of every series and the facts in every GPU's `stand_in`.
+
+Every function answers as nvidia-ml-py's pynvml.py of the same name does (13.615.71, the tools venv's:
+the same arguments, the same return shapes: ints, bytes or str, ctypes-like structures with the
+fields pynvml's structures have, NVMLError with `value` on an NVML error code), from the simulated
+GPUs' declared data (pd_standins.gpus).
 
 The GPUs are pd_standins.gpus.simulated_gpu(0..N-1), N from PD_SIM_GPUS (default 8, the lab
-server's count). They report an idle board: no load, idle clocks, a few watts; nothing here is a
-measurement.
+server's count); PD_SIM_P2P_STATUS, where set, is what NVML answers for every peer (a platform
+without P2P: CHIPSET_NOT_SUPPORTED) instead of each GPU's declared "OK". They report an idle
+board: no load, idle clocks, a few watts; nothing here is a measurement.
 """
 
 from __future__ import annotations
@@ -28,6 +35,30 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
 # nvmlClockType_t, as pynvml names it.
 NVML_CLOCK_MEM = 2
+# pynvml's constants of the same names (nvmlEnableState_t, nvmlMemoryErrorType_t, nvmlEccCounterType_t).
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_NVLINK_MAX_LINKS = 36
+# nvmlGpuTopologyLevel_t: GPUs on one NUMA node meet at its host bridges (NODE), else across sockets.
+NVML_TOPOLOGY_NODE = 40
+NVML_TOPOLOGY_SYSTEM = 50
+# nvmlGpuP2PStatus_t names, as pd_appliance.gpu.pcie reads them back.
+P2P_STATUS_CODES = {
+    "OK": 0,
+    "CHIPSET_NOT_SUPPORTED": 1,
+    "GPU_NOT_SUPPORTED": 2,
+    "IOH_TOPOLOGY_NOT_SUPPORTED": 3,
+    "DISABLED_BY_REGKEY": 4,
+    "NOT_SUPPORTED": 5,
+    "UNKNOWN": 6,
+}
+# The driver this stand-in answers as: the lab's pinned one (inventory/lab/group_vars/all/driver.yml),
+# with the CUDA driver API it ships (13.0, as nvmlSystemGetCudaDriverVersion encodes it). No driver
+# is here; these are declared answers, not readings.
+DRIVER_VERSION = "580.159.04"
+CUDA_DRIVER_VERSION = 13000
 MIB = 1024 * 1024
 _STARTED = time.monotonic()
 _state = {"initialised": False}
@@ -64,6 +95,13 @@ class _Pci:
     busId: bytes  # pynvml's field name
 
 
+@dataclass(frozen=True)
+class _Bar1:
+    bar1Total: int  # pynvml's c_nvmlBAR1Memory_t fields, bytes
+    bar1Free: int
+    bar1Used: int
+
+
 def gpu_count() -> int:
     """How many simulated GPUs this host has (PD_SIM_GPUS)."""
     raw = os.environ.get("PD_SIM_GPUS", "")
@@ -73,7 +111,9 @@ def gpu_count() -> int:
 def _gpu(handle: _Handle) -> dict[str, Any]:
     if not _state["initialised"]:
         raise NVMLError(NVML_ERROR_UNINITIALIZED)
-    return simulated_gpu(handle.index)
+    gpu = simulated_gpu(handle.index)
+    p2p = os.environ.get("PD_SIM_P2P_STATUS", "").strip()
+    return {**gpu, "p2p_status": p2p} if p2p else gpu
 
 
 def nvmlInit() -> None:
@@ -85,7 +125,11 @@ def nvmlShutdown() -> None:
 
 
 def nvmlSystemGetDriverVersion() -> str:
-    return "simulated"
+    return DRIVER_VERSION
+
+
+def nvmlSystemGetCudaDriverVersion() -> int:
+    return CUDA_DRIVER_VERSION
 
 
 def nvmlDeviceGetCount() -> int:
@@ -106,6 +150,11 @@ def nvmlDeviceGetUUID(handle: _Handle) -> str:
 
 def nvmlDeviceGetName(handle: _Handle) -> str:
     return str(_gpu(handle)["name"])
+
+
+def nvmlDeviceGetCudaComputeCapability(handle: _Handle) -> tuple[int, int]:
+    major, minor = str(_gpu(handle)["compute_capability"]).split(".")
+    return int(major), int(minor)
 
 
 def nvmlDeviceGetPciInfo(handle: _Handle) -> _Pci:
@@ -157,7 +206,13 @@ def nvmlDeviceGetMaxClockInfo(handle: _Handle, clock: int) -> int:
 
 
 def nvmlDeviceGetCurrPcieLinkGeneration(handle: _Handle) -> int:
-    return int(_gpu(handle)["pcie_generation"])
+    gpu = _gpu(handle)
+    return int(gpu.get("pcie_generation_current", gpu["pcie_generation"]))
+
+
+def nvmlDeviceGetGpuMaxPcieLinkGeneration(handle: _Handle) -> int:
+    gpu = _gpu(handle)
+    return int(gpu.get("pcie_generation_gpu_max", gpu["pcie_generation"]))
 
 
 def nvmlDeviceGetMaxPcieLinkGeneration(handle: _Handle) -> int:
@@ -169,7 +224,48 @@ def nvmlDeviceGetCurrPcieLinkWidth(handle: _Handle) -> int:
 
 
 def nvmlDeviceGetMaxPcieLinkWidth(handle: _Handle) -> int:
-    return int(_gpu(handle)["pcie_width"])
+    gpu = _gpu(handle)
+    return int(gpu.get("pcie_width_max", gpu["pcie_width"]))
+
+
+def nvmlDeviceGetPersistenceMode(handle: _Handle) -> int:
+    return NVML_FEATURE_ENABLED if _gpu(handle)["persistence_mode"] else NVML_FEATURE_DISABLED
+
+
+def nvmlDeviceGetBAR1MemoryInfo(handle: _Handle) -> _Bar1:
+    total = int(_gpu(handle)["bar1_total_mib"]) * MIB
+    return _Bar1(bar1Total=total, bar1Free=total, bar1Used=0)
+
+
+def nvmlDeviceGetNumaNodeId(handle: _Handle) -> int:
+    return int(_gpu(handle)["numa_node"])
+
+
+def nvmlDeviceGetCpuAffinity(handle: _Handle, cpuSetSize: int) -> list[int]:
+    """pynvml's answer: cpuSetSize 64-bit words, bit i of word w set for CPU 64 * w + i."""
+    words = [0] * cpuSetSize
+    first, last = (int(cpu) for cpu in str(_gpu(handle)["cpu_list"]).split("-"))
+    for cpu in range(first, last + 1):
+        if cpu // 64 < cpuSetSize:
+            words[cpu // 64] |= 1 << (cpu % 64)
+    return words
+
+
+def nvmlDeviceGetTopologyCommonAncestor(device1: _Handle, device2: _Handle) -> int:
+    same_node = _gpu(device1)["numa_node"] == _gpu(device2)["numa_node"]
+    return NVML_TOPOLOGY_NODE if same_node else NVML_TOPOLOGY_SYSTEM
+
+
+def nvmlDeviceGetP2PStatus(device1: _Handle, device2: _Handle, p2pIndex: int) -> int:
+    """What each simulated GPU declares NVML answers for its peers (`p2p_status`), every capability."""
+    _gpu(device2)
+    return P2P_STATUS_CODES[str(_gpu(device1).get("p2p_status", "UNKNOWN"))]
+
+
+def nvmlDeviceGetNvLinkState(device: _Handle, link: int) -> int:
+    """The RTX PRO 6000 has no NVLink: NVML answers NOT_SUPPORTED, as on the lab's boards."""
+    _gpu(device)
+    raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
 
 def nvmlDeviceGetPcieThroughput(handle: _Handle, counter: int) -> int:
