@@ -1,5 +1,5 @@
 """nvidia_driver + cuda_toolkit in rehearsal, through ansible-playbook: simulated facts, rendered files,
-the facts assertions failing with their fix, and nvml_facts' no-driver path on this GPU-less machine."""
+the facts assertions failing with their fix, and pd_nvml_facts' no-driver path on this GPU-less machine."""
 
 from __future__ import annotations
 
@@ -30,17 +30,17 @@ PLAY = """
       ansible.builtin.copy:
         dest: "{{ out }}"
         content: >-
-          {{ {'pd_gpus': pd_gpus, 'driver': pd_gpu_driver_version, 'topology': pd_gpu_topology} | to_json }}
+          {{ {'pd_gpus': pd_gpus, 'driver': pd_gpu_driver_version, 'topology': pd_gpu_pcie} | to_json }}
         mode: "0644"
 """
 
 NO_DRIVER = """
-- name: nvml_facts on a machine without a driver
+- name: pd_nvml_facts on a machine without a driver
   hosts: prefill
   gather_facts: false
   tasks:
     - name: Gather NVML facts for real
-      nvml_facts:
+      pd_nvml_facts:
       vars:
         # The controller's venv has pd_appliance and nvidia-ml-py, as the tools venv does.
         ansible_python_interpreter: "{{ ansible_playbook_python }}"
@@ -124,4 +124,4 @@ def test_nvml_facts_without_a_driver_names_the_cause(tmp_path: Path, rehearsal_i
     has_gpu = any(p.read_text().strip() == "0x10de" for p in Path("/sys/bus/pci/devices").glob("*/vendor"))
     expected = "no_driver" if has_gpu else "no_gpu"
     assert result["cause"] == expected and result["fix"]
-    assert (ROOT / "plugins/modules/nvml_facts.py").exists()
+    assert (ROOT / "plugins/modules/pd_nvml_facts.py").exists()

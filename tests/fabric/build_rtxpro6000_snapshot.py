@@ -29,9 +29,9 @@ CROSS_SOCKET_P2P = "CHIPSET_NOT_SUPPORTED"
 
 
 def dual_socket_nvml() -> dict[str, object]:
-    """NVML facts (pd_gpus, pd_gpu_topology) with P2P off across the two sockets."""
+    """NVML facts (pd_gpus, pd_gpu_pcie) with P2P off across the two sockets."""
     facts = gather_gpu_facts(standin_nvml, HostProbe(sysfs_root=Path("/nonexistent-sysfs")))
-    topo = facts["pd_gpu_topology"]
+    topo = facts["pd_gpu_pcie"]
     for key in ("p2p_read", "p2p_write", "p2p_atomics"):
         topo[key] = [
             [CROSS_SOCKET_P2P if topo["link"][i][j] == "SYS" else cell for j, cell in enumerate(row)]

@@ -191,8 +191,8 @@ def lab_facts(**changes: Any) -> dict[str, Any]:
 def test_simulated_host_passes_the_nvml_checks_for_real() -> None:
     facts = lab_facts()
     assert facts["pd_gpus"][0]["stand_in"] == standin_nvml.STAND_IN
-    assert facts["pd_gpu_topology"]["p2p_write"][0][4] == "OK"
-    assert nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", PREFILL, DECODE) == []
+    assert facts["pd_gpu_pcie"]["p2p_write"][0][4] == "OK"
+    assert nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_pcie"], "h", PREFILL, DECODE) == []
 
 
 def test_cross_socket_p2p_off_warns_with_the_kv_figure_for_every_pair() -> None:
@@ -203,7 +203,7 @@ def test_cross_socket_p2p_off_warns_with_the_kv_figure_for_every_pair() -> None:
     """
     facts = load(RTX / "dual-socket-nvml.json")
     need = kv_need.need_for_deployment(CONFIG, None, LAB_TARGETS, 1024, 128)
-    found = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", PREFILL, DECODE, need)
+    found = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_pcie"], "h", PREFILL, DECODE, need)
     assert checks_of(found) == {"p2p_cross_socket": 16}
     sentence = found[0].sentence()
     assert "GPU 0 (prefill) -> GPU 4 (decode)" in sentence and "CHIPSET_NOT_SUPPORTED" in sentence
@@ -215,14 +215,14 @@ def test_cross_socket_p2p_off_warns_with_the_kv_figure_for_every_pair() -> None:
     assert verdict["failures"] == [] and len(verdict["warnings"]) == 16
     assert len(findings.split(found, {"p2p_cross_socket": "fail"})["failures"]) == 16
     # Without a KV figure the warning says what the NIXL check will then do.
-    (bare, *_) = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", [0], [4])
+    (bare, *_) = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_pcie"], "h", [0], [4])
     assert "fails that path unless nixl_check_min_bandwidth_gb_s sets a floor" in bare.message
 
 
 def test_layouts_that_keep_each_pair_on_one_socket() -> None:
     """Per-socket pairs have P2P; the router pairing any prefill with any decode brings SYS back."""
     facts = load(RTX / "dual-socket-nvml.json")
-    gpus, topo = facts["pd_gpus"], facts["pd_gpu_topology"]
+    gpus, topo = facts["pd_gpus"], facts["pd_gpu_pcie"]
     # 1P TP2 + 1D TP2 on socket 0 (and the same again on socket 1, a deployment of its own).
     assert nvml.nvml_findings(gpus, topo, "h", [0, 1], [2, 3]) == []
     assert nvml.nvml_findings(gpus, topo, "h", [4, 5], [6, 7]) == []
@@ -263,14 +263,14 @@ def test_the_checks_take_every_serving_instance_of_a_role() -> None:
 def test_regkey_disabled_p2p_fails() -> None:
     """A registry key that turns P2P off is a setting to fix, across sockets too: `p2p`, a failure."""
     facts = lab_facts()
-    facts["pd_gpu_topology"]["p2p_write"][2][6] = "DISABLED_BY_REGKEY"
-    (finding,) = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", PREFILL, DECODE)
+    facts["pd_gpu_pcie"]["p2p_write"][2][6] = "DISABLED_BY_REGKEY"
+    (finding,) = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_pcie"], "h", PREFILL, DECODE)
     assert finding.check == "p2p" and "DISABLED_BY_REGKEY" in finding.message
 
 
 def test_small_bar1_and_degraded_link_from_nvml() -> None:
     facts = lab_facts(g3={"bar1_total_mib": 256}, g5={"pcie_width": 8}, g6={"pcie_generation": 4})
-    found = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "h", PREFILL, DECODE)
+    found = nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_pcie"], "h", PREFILL, DECODE)
     assert checks_of(found) == {"bar1": 1, "link": 2}
     verdict = findings.split(found, {})
     assert len(verdict["failures"]) == 1 and len(verdict["warnings"]) == 2  # link warns by default
@@ -288,7 +288,7 @@ def _fake_nvml() -> Any:
 
 
 def test_recorded_h200_nvml_answers_replay(tmp_path: Path) -> None:
-    """The H200's recorded NVML answers, through nvml_facts' own code, into the NVML checks."""
+    """The H200's recorded NVML answers, through pd_nvml_facts' own code, into the NVML checks."""
     fake = _fake_nvml()
     nvml_fake = fake.FakeNvml.recorded()
     fake.write_sysfs(tmp_path, nvml_fake.devices)
@@ -299,7 +299,7 @@ def test_recorded_h200_nvml_answers_replay(tmp_path: Path) -> None:
         and gpu["pcie_width_max"] == 16
         and gpu["pcie_generation_gpu_max"] == 5
     )
-    assert nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_topology"], "vm", [0], [0]) == []
+    assert nvml.nvml_findings(facts["pd_gpus"], facts["pd_gpu_pcie"], "vm", [0], [0]) == []
     record = load(H200 / "nvml_fabric.json")
     assert record["devices"][0]["bar1_total"] == gpu["bar1_total_mib"] * 2**20
     assert record["p2p_status"]["0,0,write"] == {"value": 5}  # NOT_SUPPORTED for a GPU with itself

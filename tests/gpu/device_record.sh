@@ -1,10 +1,10 @@
 #!/bin/sh
-# Run on the lent GPU (device tool): record nvml_facts' JSON and nvidia-smi's view beside it, then run
+# Run on the lent GPU (device tool): record pd_nvml_facts' JSON and nvidia-smi's view beside it, then run
 # the gpu-marked tests. Usage: sh tests/gpu/device_record.sh "$OUT"
 out="${1:?output directory}"
 export PYTHONPATH="$PWD/src"
 python3 -m pd_appliance.gpu >"$out/nvml_facts.json" 2>"$out/nvml_facts.stderr"
-echo "nvml_facts rc=$?"
+echo "pd_nvml_facts rc=$?"
 nvidia-smi --query-gpu=index,uuid,name,compute_cap,memory.total,pci.bus_id,pcie.link.gen.max,pcie.link.width.current,persistence_mode,driver_version --format=csv >"$out/nvidia_smi.csv" 2>&1
 nvidia-smi topo -m >"$out/nvidia_smi_topo.txt" 2>&1
 python3 tests/gpu/record_raw_nvml.py >"$out/nvml_raw.json" 2>"$out/nvml_raw.stderr"; echo "raw rc=$?"

@@ -29,12 +29,14 @@ from pd_standins import nvml as standin_nvml
 from pd_standins.gpus import simulated_gpu
 
 RECORDED_FACTS = json.loads((FIXTURES / "nvml_facts.json").read_text())
-# Recorded before the facts named a stand-in (issue 25): a GPU NVML reads says stand_in None, and
-# the facts no longer carry the `simulated` mark (the stand-in names itself instead).
+# Recorded before issue 25: a GPU NVML reads now says stand_in None, the facts no longer carry the
+# `simulated` mark (a stand-in names itself instead), and the PCIe matrices' fact is pd_gpu_pcie
+# (it was pd_gpu_topology, a name serving's topology also used).
 for _gpu in RECORDED_FACTS["pd_gpus"]:
     _gpu.setdefault("stand_in", None)
     _gpu.pop("simulated")
-RECORDED_FACTS["pd_gpu_topology"].pop("simulated")
+RECORDED_FACTS["pd_gpu_pcie"] = RECORDED_FACTS.pop("pd_gpu_topology")
+RECORDED_FACTS["pd_gpu_pcie"].pop("simulated")
 
 
 def _probe(root: Path, log: list[str] | None = None, signer: str | None = "") -> HostProbe:
@@ -89,7 +91,7 @@ def test_topology_names_pcie_levels_and_p2p_status(tmp_path: Path) -> None:
     nvml = _two_gpus()
     nvml.ancestor[(0, 1)] = 50
     nvml.p2p[(0, 1, 1)] = 3  # write: IOH topology not supported
-    topology = gather_gpu_facts(nvml, _host(tmp_path, nvml))["pd_gpu_topology"]
+    topology = gather_gpu_facts(nvml, _host(tmp_path, nvml))["pd_gpu_pcie"]
     assert topology["link"] == [["X", "SYS"], ["SYS", "X"]]
     assert topology["p2p_read"] == [["X", "OK"], ["OK", "X"]]
     assert topology["p2p_write"] == [["X", "IOH_TOPOLOGY_NOT_SUPPORTED"], ["OK", "X"]]
@@ -98,7 +100,7 @@ def test_topology_names_pcie_levels_and_p2p_status(tmp_path: Path) -> None:
 def test_topology_counts_direct_nvlinks(tmp_path: Path) -> None:
     nvml = _two_gpus()
     nvml.nvlink_remote = {0: ["00000000:00:07.0"] * 4, 1: ["00000000:00:06.0"] * 4}
-    topology = gather_gpu_facts(nvml, _host(tmp_path, nvml))["pd_gpu_topology"]
+    topology = gather_gpu_facts(nvml, _host(tmp_path, nvml))["pd_gpu_pcie"]
     assert topology["link"] == [["X", "NV4"], ["NV4", "X"]]
 
 
@@ -213,9 +215,9 @@ def test_a_stand_in_nvml_module_is_read_by_the_same_code_and_names_itself(tmp_pa
         facts["pd_gpu_driver_version"] == standin_nvml.DRIVER_VERSION
         and facts["pd_gpu_cuda_version"] == "13.0"
     )
-    link = facts["pd_gpu_topology"]["link"]
+    link = facts["pd_gpu_pcie"]["link"]
     assert link[0][3] == "NODE" and link[0][4] == "SYS" and link[5][5] == "X"
-    assert facts["pd_gpu_topology"]["p2p_write"][0][4] == "OK"
+    assert facts["pd_gpu_pcie"]["p2p_write"][0][4] == "OK"
 
 
 def test_pynvml_itself_names_no_stand_in(tmp_path: Path) -> None:

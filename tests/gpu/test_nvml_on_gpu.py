@@ -1,4 +1,4 @@
-"""nvml_facts against a real GPU (the lent H200): the facts must agree with nvidia-smi.
+"""pd_nvml_facts against a real GPU (the lent H200): the facts must agree with nvidia-smi.
 
 Skipped wherever no NVIDIA driver answers; run on the device with `pytest -m gpu tests/gpu`.
 """
@@ -35,7 +35,7 @@ def facts() -> dict:
     try:
         return gather_gpu_facts()
     except GpuFactsError as err:
-        pytest.fail(f"nvml_facts failed on a GPU host: {err}")
+        pytest.fail(f"pd_nvml_facts failed on a GPU host: {err}")
 
 
 def test_every_gpu_matches_nvidia_smi(facts: dict) -> None:
@@ -63,7 +63,7 @@ def test_numa_and_cpus_come_from_sysfs(facts: dict) -> None:
 
 def test_topology_is_square_with_self_on_the_diagonal(facts: dict) -> None:
     count = len(facts["pd_gpus"])
-    topology = facts["pd_gpu_topology"]
+    topology = facts["pd_gpu_pcie"]
     for key in ("link", "p2p_read", "p2p_write", "p2p_atomics"):
         assert len(topology[key]) == count
         assert all(len(row) == count and row[i] == "X" for i, row in enumerate(topology[key]))

@@ -47,7 +47,7 @@ def mentioning(files: list[str]) -> set[str]:
 
 def test_the_product_files_are_found() -> None:
     files = product_files()
-    assert "site.yml" in files and "ansible.cfg" in files and "plugins/modules/nvml_facts.py" in files
+    assert "site.yml" in files and "ansible.cfg" in files and "plugins/modules/pd_nvml_facts.py" in files
 
 
 def test_no_new_product_file_mentions_simulated_gpus() -> None:

@@ -2,7 +2,7 @@
 
 - collect: a snapshot of the host's PCI fabric without any driver (runs on the host, stdlib only);
 - preflight: IOMMU, ACS, BAR1, HMM and ASPM findings from a snapshot;
-- nvml: P2P, BAR1 and link findings from the NVML facts (pd_gpus, pd_gpu_topology);
+- nvml: P2P, BAR1 and link findings from the NVML facts (pd_gpus, pd_gpu_pcie);
 - inventory: expandable_segments in a worker env hook, UCX_NET_DEVICES for two hosts;
 - findings: the Finding type and the policy (fail, warn or skip per check).
 - kv_need: the KV rate a prefill -> decode rank pair must carry at the target line, from the

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("collect", help="print this host's snapshot as JSON")
     check = sub.add_parser("check", help="check a snapshot (and NVML facts)")
     check.add_argument("--snapshot", type=Path, required=True)
-    check.add_argument("--nvml-facts", type=Path, help="JSON with pd_gpus and pd_gpu_topology")
+    check.add_argument("--nvml-facts", type=Path, help="JSON with pd_gpus and pd_gpu_pcie")
     check.add_argument("--prefill", type=_indices, default=[])
     check.add_argument("--decode", type=_indices, default=[])
     check.add_argument("--host", default=socket.gethostname())
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.nvml_facts:
         facts = json.loads(args.nvml_facts.read_text())
         found += nvml.nvml_findings(
-            facts["pd_gpus"], facts["pd_gpu_topology"], args.host, args.prefill, args.decode
+            facts["pd_gpus"], facts["pd_gpu_pcie"], args.host, args.prefill, args.decode
         )
     verdict = findings.split(found, policy)
     for line in verdict["failures"]:

@@ -1,6 +1,6 @@
-"""Fabric checks on the NVML facts (pd_gpus, pd_gpu_topology), once the driver is in.
+"""Fabric checks on the NVML facts (pd_gpus, pd_gpu_pcie), once the driver is in.
 
-They read the facts the nvml_facts module sets, so a rehearsal host (pd_gpus from its declared GPU
+They read the facts the pd_nvml_facts module sets, so a rehearsal host (pd_gpus from its declared GPU
 stand-in) goes through the same checks with the answers its stand-in declares. NVML's P2P status
 alone proves nothing (ForceP2P registry keys can make the driver advertise P2P while every mapping
 fails); the NIXL check's real transfer is the proof, these catch what NVML already admits. A pair
@@ -45,7 +45,7 @@ CROSS_SOCKET_FIX = (
 )
 # nvidia-smi topo -m: SYS = "PCIe as well as the SMP interconnect between NUMA nodes (QPI/UPI)".
 CROSS_SOCKET_LINKS = ("SYS",)
-# NVML P2P answers that say the platform cannot do P2P on that path (pd_appliance.gpu.topology
+# NVML P2P answers that say the platform cannot do P2P on that path (pd_appliance.gpu.pcie
 # names them). DISABLED_BY_REGKEY (someone turned it off) and UNKNOWN stay `p2p` findings.
 PLATFORM_P2P_GAPS = (
     "CHIPSET_NOT_SUPPORTED",

@@ -1,6 +1,6 @@
 """GPU facts for the appliance: NVML (nvidia-ml-py) plus sysfs, and the diagnoses of a broken driver.
 
-`gather_gpu_facts` is the one entry point; the `nvml_facts` Ansible module and
+`gather_gpu_facts` is the one entry point; the `pd_nvml_facts` Ansible module and
 `python -m pd_appliance.gpu` both call it.
 """
 

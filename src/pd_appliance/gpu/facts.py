@@ -21,7 +21,7 @@ from pd_appliance.gpu.diagnose import (
     lost_gpu_error,
 )
 from pd_appliance.gpu.errors import GpuFactsError
-from pd_appliance.gpu.topology import nvml_topology
+from pd_appliance.gpu.pcie import nvml_pcie_matrices
 
 GPU_KEYS = (
     "index",
@@ -68,7 +68,7 @@ def load_nvml(module: str = "pynvml", path: str = "") -> Any:
     except ImportError as err:
         raise GpuFactsError(
             f"the Python NVML bindings are missing ({err}).",
-            f"install nvidia-ml-py into the interpreter that runs nvml_facts (the appliance_tools role "
+            f"install nvidia-ml-py into the interpreter that runs pd_nvml_facts (the appliance_tools role "
             f"does this for the tools venv), or name a module that exists (nvml_module {module!r}).",
         ) from err
 
@@ -195,7 +195,7 @@ def _collect(nvml: Any, probe: HostProbe) -> dict[str, Any]:
         "pd_gpus": gpus,
         "pd_gpu_driver_version": driver_version,
         "pd_gpu_cuda_version": cuda_version,
-        "pd_gpu_topology": nvml_topology(nvml, handles, [gpu["pci_bus_id"] for gpu in gpus]),
+        "pd_gpu_pcie": nvml_pcie_matrices(nvml, handles, [gpu["pci_bus_id"] for gpu in gpus]),
     }
 
 

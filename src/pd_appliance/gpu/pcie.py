@@ -1,4 +1,6 @@
-"""The GPU-to-GPU matrix: link type (nvidia-smi topo vocabulary) and P2P capability per pair.
+"""The GPU-to-GPU PCIe matrices (the pd_gpu_pcie fact): link type (nvidia-smi topo vocabulary) and
+P2P capability per pair. "pcie", not "topology": the serving topology is the SGLang instances
+(pd_appliance.serving.topology, pd_serving_topology).
 
 The serving role places a TP group on GPUs that share a switch or NUMA node; this matrix is what it
 (and an operator reading the facts) checks that against.
@@ -68,7 +70,7 @@ def _p2p(nvml: Any, first: Any, second: Any, cap: int) -> str:
         raise
 
 
-def nvml_topology(nvml: Any, handles: list[Any], bus_ids: list[str]) -> dict[str, Any]:
+def nvml_pcie_matrices(nvml: Any, handles: list[Any], bus_ids: list[str]) -> dict[str, Any]:
     """Link and P2P matrices over `handles` (NVML index order), as plain lists for JSON."""
     count = len(handles)
     normalized = [bus_id.lower() for bus_id in bus_ids]

@@ -1,14 +1,14 @@
 #!/usr/bin/python
-"""Ansible module nvml_facts: the GPUs as NVML and sysfs see them (logic in pd_appliance.gpu)."""
+"""Ansible module pd_nvml_facts: the GPUs as NVML and sysfs see them (logic in pd_appliance.gpu)."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: nvml_facts
+module: pd_nvml_facts
 short_description: GPU facts from NVML (nvidia-ml-py) and sysfs
 description:
   - Sets C(pd_gpus) (one dict per GPU, keys as in CONTRIBUTING.md "Facts"), C(pd_gpu_driver_version),
-    C(pd_gpu_cuda_version) and C(pd_gpu_topology) (link and P2P matrices).
+    C(pd_gpu_cuda_version) and C(pd_gpu_pcie) (link and P2P matrices).
   - On a host whose driver is broken it fails with C(cause) (no_driver, no_gpu, secure_boot_unsigned_module,
     module_not_loaded, driver_version_mismatch, gpu_fell_off_bus), C(detail) and C(fix).
   - Needs pd_appliance and nvidia-ml-py in the interpreter; run it with the tools venv
@@ -31,14 +31,14 @@ options:
 
 EXAMPLES = r"""
 - name: Gather GPU facts
-  nvml_facts:
+  pd_nvml_facts:
   vars:
     ansible_python_interpreter: "{{ appliance_tools_python }}"
 """
 
 RETURN = r"""
 ansible_facts:
-  description: pd_gpus, pd_gpu_driver_version, pd_gpu_cuda_version, pd_gpu_topology.
+  description: pd_gpus, pd_gpu_driver_version, pd_gpu_cuda_version, pd_gpu_pcie.
   returned: success
   type: dict
 """
@@ -64,8 +64,8 @@ def main() -> None:
         from pd_appliance.gpu.diagnose import HostProbe
     except ImportError as err:
         module.fail_json(
-            msg=f"pd_appliance is not importable by {sys.executable} ({err}): run nvml_facts with the tools "
-            "venv (ansible_python_interpreter: appliance_tools_python) after the appliance_tools role.",
+            msg=f"pd_appliance is not importable by {sys.executable} ({err}): run pd_nvml_facts with the "
+            "tools venv (ansible_python_interpreter: appliance_tools_python) after the appliance_tools role.",
             cause="tools_missing",
         )
     params = module.params
