@@ -89,8 +89,9 @@ CASES = {
         },
         "pd:decode (decode, tp_size 1 on GPU(s) [2]) needs 149000000000 bytes (138.8 GiB) of weights per "
         "GPU (checkpoint 149000000000 bytes from checkpoint_size_bytes / tp_size 1), but a GPU offers "
-        "90324923842 bytes (84.1 GiB): 0.88 (serving_mem_fraction_static) of its 97887 MiB (the simulated "
-        "GPUs, appliance_simulated_gpus). In serving_instances give it at least 2 GPUs (tp_size 2)",
+        "90324923842 bytes (84.1 GiB): 0.88 (serving_mem_fraction_static) of its 97887 MiB "
+        "(preflight_gpu_memory_mib, the lab GPU's; no NVML facts before the driver). In serving_instances "
+        "give it at least 2 GPUs (tp_size 2)",
     ),
 }
 

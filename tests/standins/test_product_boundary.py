@@ -28,7 +28,6 @@ STILL_SIMULATED = frozenset(
         "roles/appliance_defaults/meta/argument_specs.yml",
         "roles/preflight/tasks/fabric.yml",
         "roles/preflight/tasks/gpus.yml",
-        "roles/preflight/tasks/topology.yml",
     }
 )
 
