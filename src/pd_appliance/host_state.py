@@ -18,12 +18,12 @@ rename, so a reader never sees a torn file.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pd_appliance.files import write_atomic
 
 # Under appliance_root: on a lab (appliance_root "") the directory `setup` reads by default.
 FACTS_DIR = "etc/ansible/facts.d"
@@ -102,17 +102,7 @@ def update(
 
 def write(path: Path, data: Mapping[str, Any]) -> None:
     """Replace `path` with `data` as JSON in one rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o644)
 
 
 def describe(state: Mapping[str, Any]) -> str:

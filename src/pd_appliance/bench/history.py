@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from pd_appliance.files import write_atomic
 
 
 class HistoryError(ValueError):
@@ -47,11 +48,4 @@ def append(path: str | os.PathLike[str], entry: Mapping[str, Any]) -> None:
     previous = file.read_text(encoding="utf-8") if file.exists() else ""
     if previous and not previous.endswith("\n"):
         previous += "\n"
-    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(previous + json.dumps(dict(entry), sort_keys=True) + "\n")
-        os.replace(tmp, file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(file, previous + json.dumps(dict(entry), sort_keys=True) + "\n", mode=0o600)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import pd_appliance
 from pd_appliance.bench import SCHEMA_VERSION, engine_choices, gates, history, roofline, search
+from pd_appliance.files import write_atomic
 
 
 class ReportError(ValueError):
@@ -581,13 +581,6 @@ def render_plot(report: Mapping[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
 def write_report(
     report: dict[str, Any], out_dir: str | os.PathLike[str], plot: bool = True
 ) -> dict[str, str | None]:
@@ -611,18 +604,18 @@ def write_report(
         png = None
         report["plot_note"] = "not drawn (plot disabled)"
     text = json.dumps(report, indent=2, sort_keys=True) + "\n"
-    _atomic_write(out / "report.json", text)
+    write_atomic(out / "report.json", text, mode=0o600)
     runs = out / "runs"
     runs.mkdir(exist_ok=True)
-    _atomic_write(runs / f"{report['generated_at'].replace(':', '')}.json", text)
-    _atomic_write(out / "report.md", render_markdown(report))
+    write_atomic(runs / f"{report['generated_at'].replace(':', '')}.json", text, mode=0o600)
+    write_atomic(out / "report.md", render_markdown(report), mode=0o600)
     if png is not None:
         try:
             render_plot(report, png)
         except Exception as exc:  # the figures are safe on disk; a broken plot must not hide them
             png = None
             report["plot_note"] = f"plot failed: {type(exc).__name__}: {exc}"
-            _atomic_write(out / "report.md", render_markdown(report))
+            write_atomic(out / "report.md", render_markdown(report), mode=0o600)
     return {
         "json": str(out / "report.json"),
         "markdown": str(out / "report.md"),
@@ -642,8 +635,8 @@ def write_copy(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
-    _atomic_write(out / "report.md", render_markdown(report))
+    write_atomic(out / "report.json", json.dumps(report, indent=2, sort_keys=True) + "\n", mode=0o600)
+    write_atomic(out / "report.md", render_markdown(report), mode=0o600)
     for name in ("report.json", "report.md"):  # as a fetch left them: nothing secret in a report
         (out / name).chmod(0o644)
     paths: dict[str, str | None] = {

@@ -31,7 +31,6 @@ from pd_appliance.checkpoint.manifest import (
     Manifest,
     ManifestEntry,
     ManifestError,
-    fsync_directory,
     load_manifest,
     write_manifest,
 )
@@ -41,6 +40,7 @@ from pd_appliance.checkpoint.safetensors_format import (
     check_index,
     read_safetensors_summary,
 )
+from pd_appliance.files import fsync_directory, temporary_prefix
 
 if TYPE_CHECKING:  # huggingface_hub is imported only when the Hub is used (never offline)
     from pd_appliance.checkpoint.hub import HubSource
@@ -705,6 +705,7 @@ def _apply_ownership(
 
 def _extra_files(directory: Path, expected: dict[str, ExpectedFile]) -> list[str]:
     extra: list[str] = []
+    leftover = temporary_prefix(directory / MANIFEST_NAME)
     for root, dirs, files in os.walk(directory):
         rel_root = os.path.relpath(root, directory)
         if rel_root == ".":
@@ -712,7 +713,8 @@ def _extra_files(directory: Path, expected: dict[str, ExpectedFile]) -> list[str
             files = [f for f in files if f not in BOOKKEEPING]
         for name in files:
             rel = name if rel_root == "." else f"{rel_root}/{name}"
-            if rel not in expected and not name.startswith(f"{MANIFEST_NAME}."):
+            # A manifest write a crash cut short (the older scheme's temporary names too) is no extra file.
+            if rel not in expected and not name.startswith((f"{MANIFEST_NAME}.", leftover)):
                 extra.append(rel)
     return sorted(extra)
 

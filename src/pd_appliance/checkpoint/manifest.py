@@ -11,10 +11,10 @@ half-written manifest under its final name.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pd_appliance.files import write_atomic
 
 MANIFEST_NAME = ".pd-appliance-manifest.json"
 MANIFEST_FORMAT = "pd-appliance-checkpoint-manifest"
@@ -109,25 +109,5 @@ def load_manifest(directory: Path) -> Manifest | None:
 def write_manifest(directory: Path, manifest: Manifest) -> Path:
     """Write atomically (temporary file, fsync, rename, fsync of the directory); returns the path."""
     path = directory / MANIFEST_NAME
-    fd, tmp_name = tempfile.mkstemp(prefix=f"{MANIFEST_NAME}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(manifest.to_json())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    fsync_directory(directory)
+    write_atomic(path, manifest.to_json(), mode=0o644, make_parents=False)
     return path
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename in `directory` durable."""
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

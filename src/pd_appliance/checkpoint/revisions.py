@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pd_appliance.checkpoint.errors import CheckpointError
 from pd_appliance.checkpoint.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
+from pd_appliance.files import write_atomic
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 REFS = "refs"
@@ -46,12 +47,8 @@ def write_ref(root: Path, name: str, commit: str, uid: int | None = None, gid: i
     if COMMIT_RE.match(name) or read_ref(root, name) == commit:
         return False
     path = ref_path(root, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(commit + "\n")
-    if uid is not None or gid is not None:
-        os.chown(tmp, -1 if uid is None else uid, -1 if gid is None else gid)
-    os.replace(tmp, path)
+    owner = None if uid is None and gid is None else (-1 if uid is None else uid, -1 if gid is None else gid)
+    write_atomic(path, commit + "\n", mode=0o644, owner=owner)
     return True
 
 

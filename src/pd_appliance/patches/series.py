@@ -22,14 +22,13 @@ import csv
 import hashlib
 import io
 import json
-import os
 import re
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pd_appliance.files import write_atomic
 from pd_appliance.patches.diff import FilePatch, PatchError, apply_file_patch, parse_patch
 
 MARKER_FORMAT = 1
@@ -206,20 +205,6 @@ def _compile_check(rel: str, text: str, patch_names: list[str]) -> None:
         ) from exc
 
 
-def _atomic_write(path: Path, data: bytes, mode: int | None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _drop_bytecode(path: Path) -> None:
     """Remove cached bytecode of a rewritten module, so no stale .pyc outlives its source."""
     cache = path.parent / "__pycache__"
@@ -321,7 +306,7 @@ def apply_series(
         for rel, data in base.items():
             backup = pristine_dir / rel
             if data is not None and not backup.is_file():
-                _atomic_write(backup, data, 0o644)
+                write_atomic(backup, data, mode=0o644)
         for rel, data in desired.items():
             path = site_packages / rel
             current = path.read_bytes() if path.is_file() else None
@@ -331,10 +316,10 @@ def apply_series(
                 path.unlink(missing_ok=True)
             else:
                 mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-                _atomic_write(path, data, mode)
+                write_atomic(path, data, mode=mode)
             _drop_bytecode(path)
         marker.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(marker, (json.dumps(new_marker, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+        write_atomic(marker, json.dumps(new_marker, indent=2, sort_keys=True) + "\n", mode=0o644)
     applied = ", ".join(p.name for p in patches) or "no patches"
     return SeriesResult(
         changed=True,

@@ -12,11 +12,11 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pd_appliance.files import write_atomic
 from pd_appliance.release.errors import ReleaseError
 from pd_appliance.release.inspect import checkpoint_part, sglang_part
 from pd_appliance.release.record import Release, compare, variant_part
@@ -196,14 +196,11 @@ def _write_like(path: Path, text: str, template: Path | None) -> None:
     """Write `text` to `path` atomically with the owner, group and mode of `template` (or of `path`)."""
     ref = path if path.exists() else template
     st = ref.stat() if ref is not None else None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    if st is not None:
-        os.chmod(tmp, st.st_mode & 0o777)
-        if os.geteuid() == 0:
-            os.chown(tmp, st.st_uid, st.st_gid)
-    os.replace(tmp, path)
+    if st is None:  # neither exists: mkstemp's own mode, as before
+        write_atomic(path, text, mode=0o600, make_parents=False)
+        return
+    owner = (st.st_uid, st.st_gid) if os.geteuid() == 0 else None
+    write_atomic(path, text, mode=st.st_mode & 0o777, owner=owner, make_parents=False)
 
 
 def rollback_plan(

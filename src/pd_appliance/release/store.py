@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pd_appliance.files import write_atomic
 from pd_appliance.release.errors import ReleaseError
 from pd_appliance.release.record import Change, Release, compare
 
@@ -370,13 +370,7 @@ class ReleaseStore:
     def _write_json(self, path: Path, data: Any) -> None:
         if self.dry_run:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o644)
 
 
 def _venv(release: Release) -> str:

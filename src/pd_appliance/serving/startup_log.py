@@ -29,12 +29,13 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pd_appliance.files import write_atomic
 
 SGLANG_LINE = re.compile(
     r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d{3})?(?P<ranks>(?: [A-Z_]+\d+)*)\] (?P<msg>.*)$"
@@ -437,14 +438,6 @@ def process_env(pid: int, names: Sequence[str] = ENGINE_ENV) -> dict[str, str] |
     return {name: env[name] for name in names if name in env}
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
 def record_program(info: Mapping[str, Any], program: str, log: str, out: str | None = None) -> dict[str, Any]:
     """Parse a healthy program's log since its start (supervisor's getProcessInfo `info`) and, with
     `out`, write the record there as JSON: what the serve stage keeps for the validation report."""
@@ -457,7 +450,7 @@ def record_program(info: Mapping[str, Any], program: str, log: str, out: str | N
         record["env"] = env
     record["recorded_at"] = local_timestamp(time.time())
     if out:
-        _atomic_write(Path(out), json.dumps(record, indent=2, sort_keys=True) + "\n")
+        write_atomic(Path(out), json.dumps(record, indent=2, sort_keys=True) + "\n", mode=0o600)
     return record
 
 
