@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,13 +163,20 @@ def validation_figures(reports: Iterable[tuple[str, str]]) -> list[str]:
         verdict = "PASS" if data.get("passed") else "FAIL"
         for host, rel in sorted(((data.get("metadata") or {}).get("release") or {}).items()):
             lines.append(f"  {fetched_by}: release on {host}: {rel.get('id')} ({rel.get('status')})")
-        for gate in data.get("gates", []):
-            lines.append(
-                f"  {fetched_by}: {gate.get('name')}: {gate.get('measured')} "
-                f"(limit {gate.get('limit')}) {'ok' if gate.get('passed') else 'FAILED'}"
-            )
+        lines += [f"  {fetched_by}: {gate_figure(gate)}" for gate in data.get("gates", [])]
         lines.append(f"  {fetched_by}: validation {verdict} ({report})")
     return lines
+
+
+def gate_figure(gate: Mapping[str, Any]) -> str:
+    """A gate in one line: a threshold gate by its figure and limit, a check without figures (an
+    engine's start-up: no fallback in its log) by its message, not "None (limit None)"."""
+    verdict = "ok" if gate.get("passed") else "FAILED"
+    measured, limit = gate.get("measured"), gate.get("limit")
+    if measured is None and limit is None:
+        return f"{gate.get('name')}: {verdict} ({gate.get('message') or 'no figure'})"
+    bound = "" if limit is None else f" (limit {limit})"
+    return f"{gate.get('name')}: {measured}{bound} {verdict}"
 
 
 def render_summary(summary: RunSummary, run_dir: Path) -> str:

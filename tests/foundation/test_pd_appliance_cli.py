@@ -67,6 +67,14 @@ def test_summary_screen_shows_the_validation_figures_of_the_reports_this_run_fet
                 "gates": [
                     {"name": "bs1 output tok/s", "measured": 41.0, "limit": 40.0, "passed": True},
                     {"name": "c16 output tok/s", "measured": 90.0, "limit": 100.0, "passed": False},
+                    {
+                        "name": "engine start-up node1/decode",
+                        "passed": True,
+                        "message": "pd:decode on node1: no fallback in its start-up log",
+                        "measured": None,
+                        "limit": None,
+                    },
+                    {"name": "ttft regression", "measured": 1.5, "limit": None, "passed": True},
                 ],
             }
         )
@@ -78,6 +86,9 @@ def test_summary_screen_shows_the_validation_figures_of_the_reports_this_run_fet
     screen = cli.render_summary(summary, tmp_path / "run")
     assert "stages: Preflight - validate -> Serve - supervisor" in screen
     assert "c16 output tok/s: 90.0 (limit 100.0) FAILED" in screen
+    assert "engine start-up node1/decode: ok (pd:decode on node1: no fallback in its start-up log)" in screen
+    assert "ttft regression: 1.5 ok" in screen
+    assert "None" not in screen
     assert "node1: validation FAIL" in screen
     assert len(screen.splitlines()) < 40
 
