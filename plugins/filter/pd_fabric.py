@@ -15,14 +15,14 @@ try:
 except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from pd_appliance.fabric import findings, inventory, kv_need, nvml, preflight
+from pd_appliance.fabric import checks, findings, inventory, kv_need, nvml
 
 
 def _indices(values: Any) -> list[int]:
     return [int(v) for v in values or []]
 
 
-def pd_fabric_preflight(
+def pd_fabric_snapshot_findings(
     snapshot: dict[str, Any],
     host: str,
     prefill: Any,
@@ -31,9 +31,7 @@ def pd_fabric_preflight(
     policy: dict[str, Any],
 ) -> dict[str, list[str]]:
     """The no-driver checks (iommu, acs, bar1, uvm_hmm, aspm) on a collected snapshot."""
-    found = preflight.preflight_findings(
-        snapshot, host, _indices(prefill), _indices(decode), int(min_bar1_mib)
-    )
+    found = checks.snapshot_findings(snapshot, host, _indices(prefill), _indices(decode), int(min_bar1_mib))
     return findings.split(found, policy)
 
 
@@ -114,7 +112,7 @@ class FilterModule:
 
     def filters(self) -> dict[str, object]:
         return {
-            "pd_fabric_preflight": pd_fabric_preflight,
+            "pd_fabric_snapshot_findings": pd_fabric_snapshot_findings,
             "pd_fabric_inventory": pd_fabric_inventory,
             "pd_fabric_nvml": pd_fabric_nvml,
             "pd_kv_need": pd_kv_need,

@@ -1,4 +1,4 @@
-"""Preflight filters: thin wrappers over pd_appliance.preflight (see that module for the rules)."""
+"""Preflight filters: thin wrappers over pd_appliance.host_checks (see that module for the rules)."""
 
 from __future__ import annotations
 
@@ -11,34 +11,34 @@ try:
 except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from pd_appliance import preflight
+from pd_appliance import host_checks
 
 
 def pd_preflight_topology_errors(
     variables: dict[str, Any], host: str, roles: list[str], gpu_count: Any
 ) -> list[str]:
     count = None if gpu_count in (None, "") else int(gpu_count)
-    return preflight.topology_errors(host, roles, count, variables)
+    return host_checks.topology_errors(host, roles, count, variables)
 
 
 def pd_preflight_router_mode_errors(layouts: dict[str, Any]) -> list[str]:
-    return preflight.router_mode_errors(layouts)
+    return host_checks.router_mode_errors(layouts)
 
 
 def pd_preflight_missing_errors(values: dict[str, Any], host: str, required: list[str]) -> list[str]:
-    return preflight.missing_variable_errors(host, required, values)
+    return host_checks.missing_variable_errors(host, required, values)
 
 
 def pd_preflight_disk_errors(
     mounts: list[dict[str, Any]], host: str, path: str, needed: Any, present: Any = 0
 ) -> list[str]:
-    return preflight.disk_errors(host, path, mounts, int(needed), int(present or 0))
+    return host_checks.disk_errors(host, path, mounts, int(needed), int(present or 0))
 
 
 def pd_preflight_os_errors(
     supported: dict[str, list[str]], host: str, distribution: str, version: str
 ) -> list[str]:
-    return preflight.os_errors(host, distribution, version, supported)
+    return host_checks.os_errors(host, distribution, version, supported)
 
 
 def pd_pci_gpu_count(lines: list[str]) -> int:
@@ -48,7 +48,7 @@ def pd_pci_gpu_count(lines: list[str]) -> int:
         parts = line.split()
         if len(parts) == 2:
             devices.append({"vendor": parts[0], "class": parts[1]})
-    return preflight.pci_gpu_count(devices)
+    return host_checks.pci_gpu_count(devices)
 
 
 def pd_argument_errors(result: dict[str, Any]) -> list[str]:
@@ -71,52 +71,52 @@ def pd_spec_for_inventory(options: dict[str, Any], names_with_defaults: list[str
 
 
 def pd_is_example_address(address: Any) -> bool:
-    return preflight.is_documentation_address(str(address))
+    return host_checks.is_documentation_address(str(address))
 
 
 def pd_preflight_address_errors(
     value: Any, host: str, variable: str, addresses: list[str], wildcard_ok: bool = False
 ) -> list[str]:
-    return preflight.address_errors(host, variable, value, addresses, wildcard_ok=wildcard_ok)
+    return host_checks.address_errors(host, variable, value, addresses, wildcard_ok=wildcard_ok)
 
 
 def pd_preflight_processes(ps_lines: list[str]) -> dict[int, dict[str, Any]]:
-    return preflight.parse_processes(ps_lines)
+    return host_checks.parse_processes(ps_lines)
 
 
 def pd_preflight_supervisord_errors(
     processes: dict[int, dict[str, Any]], host: str, config: str, own_pid: Any
 ) -> list[str]:
-    return preflight.supervisord_errors(host, config, _pid(own_pid), processes)
+    return host_checks.supervisord_errors(host, config, _pid(own_pid), processes)
 
 
 def pd_preflight_listener_errors(
     processes: dict[int, dict[str, Any]], host: str, ports: dict[str, Any], ss_lines: list[str], own_pid: Any
 ) -> list[str]:
-    listeners = preflight.parse_listeners(ss_lines)
-    return preflight.listener_errors(
+    listeners = host_checks.parse_listeners(ss_lines)
+    return host_checks.listener_errors(
         host, {k: int(v) for k, v in ports.items()}, listeners, processes, _pid(own_pid)
     )
 
 
 def pd_preflight_host_ports(variables: dict[str, Any], groups: list[str]) -> dict[str, Any]:
-    return preflight.host_ports(groups, variables)
+    return host_checks.host_ports(groups, variables)
 
 
 def pd_preflight_secret_errors(values: dict[str, Any], host: str, groups: list[str]) -> list[str]:
-    return preflight.secret_errors(
+    return host_checks.secret_errors(
         host,
         bool(set(groups) & {"prefill", "decode"}),
         str(values.get("serving_worker_bind_host", "")),
-        preflight.truthy(values.get("serving_worker_require_api_key", True)),
-        preflight.truthy(values.get("serving_router_api_key_set", False)),
+        host_checks.truthy(values.get("serving_worker_require_api_key", True)),
+        host_checks.truthy(values.get("serving_router_api_key_set", False)),
         int(values.get("serving_supervisor_inet_port") or 0),
-        preflight.truthy(values.get("serving_supervisor_inet_password_set", False)),
+        host_checks.truthy(values.get("serving_supervisor_inet_password_set", False)),
     )
 
 
 def pd_preflight_socket_path_errors(path: str, host: str) -> list[str]:
-    return preflight.socket_path_errors(host, path)
+    return host_checks.socket_path_errors(host, path)
 
 
 def pd_preflight_memory_errors(
@@ -128,7 +128,7 @@ def pd_preflight_memory_errors(
     gpu_memory: Any,
     gpu_memory_source: str,
 ) -> list[str]:
-    return preflight.memory_errors(
+    return host_checks.memory_errors(
         host, roles, variables, int(checkpoint_bytes or 0), checkpoint_source, gpu_memory, gpu_memory_source
     )
 

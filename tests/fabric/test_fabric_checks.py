@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fabric_snapshots import CASES, CONFIG, H200, LAB_TARGETS, RTX, apply_case, load
 
-from pd_appliance.fabric import collect, findings, inventory, kv_need, nvml, pcie, preflight
+from pd_appliance.fabric import checks, collect, findings, inventory, kv_need, nvml, pcie
 from pd_appliance.gpu.diagnose import HostProbe
 from pd_appliance.gpu.facts import gather_gpu_facts
 from pd_standins import nvml as standin_nvml
@@ -35,7 +35,7 @@ def checks_of(found: list[findings.Finding]) -> dict[str, int]:
 
 
 def test_healthy_host_passes_every_preflight_check(healthy: dict[str, Any]) -> None:
-    assert preflight.preflight_findings(healthy, "gpu-node-01", PREFILL, DECODE, MIN_BAR1_MIB) == []
+    assert checks.snapshot_findings(healthy, "gpu-node-01", PREFILL, DECODE, MIN_BAR1_MIB) == []
 
 
 def test_gpus_are_indexed_by_pci_address_with_their_bridges(healthy: dict[str, Any]) -> None:
@@ -52,9 +52,7 @@ def test_gpus_are_indexed_by_pci_address_with_their_bridges(healthy: dict[str, A
 @pytest.mark.parametrize("case", CASES)
 def test_each_broken_case_fails_exactly_its_check(healthy: dict[str, Any], case: str) -> None:
     spec = load(RTX / "broken" / f"{case}.json")
-    found = preflight.preflight_findings(
-        apply_case(healthy, spec), "gpu-node-01", PREFILL, DECODE, MIN_BAR1_MIB
-    )
+    found = checks.snapshot_findings(apply_case(healthy, spec), "gpu-node-01", PREFILL, DECODE, MIN_BAR1_MIB)
     assert checks_of(found) == spec["expect"], [f.sentence() for f in found]
     for f in found:
         assert f.host == "gpu-node-01" and f.fix and f.message
@@ -62,7 +60,7 @@ def test_each_broken_case_fails_exactly_its_check(healthy: dict[str, Any], case:
 
 def test_acs_finding_names_the_bridge_the_pairs_and_the_kernel_parameter(healthy: dict[str, Any]) -> None:
     snap = apply_case(healthy, load(RTX / "broken" / "acs-redirect.json"))
-    found = preflight.preflight_findings(snap, "h", PREFILL, DECODE, MIN_BAR1_MIB)
+    found = checks.snapshot_findings(snap, "h", PREFILL, DECODE, MIN_BAR1_MIB)
     first = found[0].sentence()
     assert "bridge 0000:15:01.0" in first and "ReqRedir+, CmpltRedir+" in first
     assert "GPU 0 -> GPU 4" in first
@@ -71,20 +69,20 @@ def test_acs_finding_names_the_bridge_the_pairs_and_the_kernel_parameter(healthy
 
 def test_bar1_finding_says_what_the_gpu_supports(healthy: dict[str, Any]) -> None:
     snap = apply_case(healthy, load(RTX / "broken" / "bar1-256m.json"))
-    (finding,) = preflight.preflight_findings(snap, "h", PREFILL, DECODE, MIN_BAR1_MIB)
+    (finding,) = checks.snapshot_findings(snap, "h", PREFILL, DECODE, MIN_BAR1_MIB)
     assert finding.subject == "GPU 5 (0000:68:00.0)"
     assert "BAR1 is 256 MiB" in finding.message and "supports 131072 MiB" in finding.message
 
 
 def test_only_the_pd_gpus_of_the_host_are_checked(healthy: dict[str, Any]) -> None:
     snap = apply_case(healthy, load(RTX / "broken" / "bar1-256m.json"))
-    assert preflight.preflight_findings(snap, "h", [0, 1], [2, 3], MIN_BAR1_MIB) == []
+    assert checks.snapshot_findings(snap, "h", [0, 1], [2, 3], MIN_BAR1_MIB) == []
 
 
 def test_policy_sets_each_check_to_fail_warn_or_skip(healthy: dict[str, Any]) -> None:
     snap = apply_case(healthy, load(RTX / "broken" / "iommu-translated.json"))
     snap["modprobe"] = {}
-    found = preflight.preflight_findings(snap, "h", PREFILL, DECODE, MIN_BAR1_MIB)
+    found = checks.snapshot_findings(snap, "h", PREFILL, DECODE, MIN_BAR1_MIB)
     default = findings.split(found, {})
     assert len(default["failures"]) == 8 and len(default["warnings"]) == 1  # iommu fails, hmm warns
     relaxed = findings.split(found, {"iommu": "warn", "uvm_hmm": "skip"})
@@ -118,7 +116,7 @@ def test_simulated_gpus_declare_a_healthy_pci_tree_on_a_gpu_less_host() -> None:
     merged["sysfs"] = {**host["sysfs"], **stand_in["sysfs"]}
     merged["links"] = stand_in["links"]
     assert len(pcie.gpus(merged)) == 8
-    assert preflight.preflight_findings(merged, "localhost", PREFILL, DECODE, MIN_BAR1_MIB) == []
+    assert checks.snapshot_findings(merged, "localhost", PREFILL, DECODE, MIN_BAR1_MIB) == []
 
 
 def test_recorded_h200_snapshot_replays(healthy: dict[str, Any]) -> None:
@@ -126,7 +124,7 @@ def test_recorded_h200_snapshot_replays(healthy: dict[str, Any]) -> None:
     snap = load(H200 / "snapshot.json")
     (gpu,) = pcie.gpus(snap)
     assert gpu.address == "0000:00:06.0" and gpu.bar1_bytes == 256 * 2**30 and gpu.iommu_group is None
-    found = preflight.preflight_findings(snap, "vm", [0], [0], MIN_BAR1_MIB)
+    found = checks.snapshot_findings(snap, "vm", [0], [0], MIN_BAR1_MIB)
     assert checks_of(found) == {"uvm_hmm": 1, "aspm": 1}
     assert "uvm_disable_hmm=N" in found[0].message and "lspci is not installed" in found[1].message
 
@@ -167,7 +165,7 @@ def test_collector_reads_a_sysfs_tree_back_into_the_same_snapshot(
     assert snap["cmdline"] == healthy["cmdline"]
     assert snap["modprobe"] == {str(modprobe / "uvm.conf"): "options nvidia_uvm uvm_disable_hmm=1"}
     assert len(asked[0]) == 8 + 4 + 4 + 8  # GPUs, root ports, switch upstream and downstream ports
-    assert preflight.preflight_findings(snap, "h", PREFILL, DECODE, MIN_BAR1_MIB) == []
+    assert checks.snapshot_findings(snap, "h", PREFILL, DECODE, MIN_BAR1_MIB) == []
 
 
 def test_collector_says_why_lspci_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,7 @@
 """Fabric readiness: the PCIe, P2P and NIXL failures that stall PD, caught before they cost a day.
 
 - collect: a snapshot of the host's PCI fabric without any driver (runs on the host, stdlib only);
-- preflight: IOMMU, ACS, BAR1, HMM and ASPM findings from a snapshot;
+- checks: IOMMU, ACS, BAR1, HMM and ASPM findings from a snapshot (the preflight stage runs them);
 - nvml: P2P, BAR1 and link findings from the NVML facts (pd_gpus, pd_gpu_pcie);
 - inventory: expandable_segments in a worker env hook, UCX_NET_DEVICES for two hosts;
 - findings: the Finding type and the policy (fail, warn or skip per check).

@@ -15,7 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
-from pd_appliance.fabric import collect, findings, nvml, preflight
+from pd_appliance.fabric import checks, collect, findings, nvml
 
 DEFAULT_MIN_BAR1_MIB = 98304
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return collect.main([])
     policy = dict(item.split("=", 1) for item in args.policy)
     snapshot = json.loads(args.snapshot.read_text())
-    found = preflight.preflight_findings(snapshot, args.host, args.prefill, args.decode, args.min_bar1_mib)
+    found = checks.snapshot_findings(snapshot, args.host, args.prefill, args.decode, args.min_bar1_mib)
     if args.nvml_facts:
         facts = json.loads(args.nvml_facts.read_text())
         found += nvml.nvml_findings(

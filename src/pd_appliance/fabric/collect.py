@@ -4,7 +4,7 @@ Preflight copies this file to the host and runs it with the host's own python3 (
 the standard library), so the facts come from the host as it is: sysfs (the PCI tree, BARs, IOMMU
 groups, link speeds, module parameters), `lspci -vvv` (ACS and ASPM control, resizable BAR),
 /proc/cmdline and the modprobe configuration. The output is one JSON document, a *snapshot*; the
-checks in pd_appliance.fabric.preflight read only snapshots, so a recorded one replays exactly.
+checks in pd_appliance.fabric.checks read only snapshots, so a recorded one replays exactly.
 
 Usage: `python3 collect.py [--sysfs-root /sys] [--proc-root /proc]`.
 """

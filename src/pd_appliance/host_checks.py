@@ -1,4 +1,5 @@
-"""Preflight checks: everything that can be known wrong before the play changes anything.
+"""The inventory and host checks the preflight stage runs (plugins/filter/pd_preflight.py wraps them):
+everything that can be known wrong before the play changes anything.
 
 Each check returns a list of messages; an empty list means the check passed. Every message names
 the variable or host fact at fault and says how to fix it, because the person reading it is in

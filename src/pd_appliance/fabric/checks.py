@@ -270,7 +270,7 @@ def pd_pairs(
     return pairs
 
 
-def preflight_findings(
+def snapshot_findings(
     snapshot: dict[str, Any],
     host: str,
     prefill: list[int],
