@@ -2,7 +2,7 @@
 
 The Hub stand-in (pd_standins.hub) serves the generated rehearsal checkpoint at the endpoint the
 test passes as checkpoint_hf_endpoint, as standins/prepare.yml does for a rehearsal; the real
-hf_checkpoint module downloads and verifies it. The second run must change nothing.
+pd_hf_checkpoint module downloads and verifies it. The second run must change nothing.
 """
 
 from __future__ import annotations

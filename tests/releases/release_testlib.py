@@ -2,7 +2,7 @@
 
 Real parts: ansible-playbook with the product's roles (sglang, checkpoint, serving, validation, release),
 uv installing the real sglang 0.5.23 wheel and the real patch series from a local wheelhouse, the
-hf_checkpoint module against the Hub stand-in (two commits), supervisord with the product's RPC
+pd_hf_checkpoint module against the Hub stand-in (two commits), supervisord with the product's RPC
 extension, smg, and the rehearsal engine. What the test sets with -e and why:
 
 - appliance_root (a short /tmp path: supervisor's socket path must stay under 108 bytes), ports (free ones);

@@ -132,7 +132,7 @@ def test_module_fails_naming_patch_and_hunk_on_the_installed_venv(rehearsal, tmp
         [
             "localhost",
             "-m",
-            "sglang_patch_series",
+            "pd_sglang_patch_series",
             "-a",
             args,
             "-e",

@@ -1,4 +1,4 @@
-"""Checkpoint download and verification: the logic behind the hf_checkpoint module and `pd-checkpoint`.
+"""Checkpoint download and verification: the logic behind the pd_hf_checkpoint module and `pd-checkpoint`.
 
 The Hugging Face Hub (or a mirror, or nothing at all when offline) is the source of truth for
 what each file must be; the manifest in the checkpoint directory is the memory of what was

@@ -1,6 +1,6 @@
 """Bring a checkpoint directory to a verified state, or say exactly why it is not.
 
-`ensure_checkpoint` is what the hf_checkpoint module runs; `verify_directory` is what
+`ensure_checkpoint` is what the pd_hf_checkpoint module runs; `verify_directory` is what
 `pd-checkpoint verify` runs. Both share one verification: every file's size and bytes against
 what it must be (the Hub's LFS sha256, or git blob id for small files; the manifest offline),
 a stat-only shortcut for files unchanged since their last hash, and structural checks of the

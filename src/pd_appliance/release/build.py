@@ -29,7 +29,7 @@ BUILD_OUTPUTS = ("build", "dist")
 
 
 def series_identity(series_dir: Path) -> list[dict[str, str]]:
-    """[{name, sha256}] in series order: what the sglang_patch_series marker records."""
+    """[{name, sha256}] in series order: what the pd_sglang_patch_series marker records."""
     try:
         raw, _warnings = load_series(series_dir)
     except PatchError as exc:

@@ -1,7 +1,7 @@
 """What a host has installed for a release, read from disk: nothing is imported or executed.
 
 - the SGLang venv: the versions in its metadata (pd_appliance.sglang_versions) and the patch series
-  the sglang_patch_series module recorded in it;
+  the pd_sglang_patch_series module recorded in it;
 - a checkpoint revision directory: its manifest (written only once every file was verified), the
   commit, and a digest of what the manifest says the files are.
 """

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: sglang_versions
+module: pd_sglang_versions
 short_description: Record the SGLang venv's component versions as host facts
 description:
   - Reads the SGLang venv's package metadata (no import of torch, no GPU needed) and sets
@@ -47,7 +47,7 @@ author: pd-appliance
 
 EXAMPLES = r"""
 - name: Record SGLang component versions
-  sglang_versions:
+  pd_sglang_versions:
     venv: /opt/pd-appliance/sglang
     required: [sglang, torch, cuda, flashinfer, sgl-kernel, nixl]
 """

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: sglang_patch_series
+module: pd_sglang_patch_series
 short_description: Apply a patch series to an installed Python package, idempotently
 description:
   - Applies the patches listed in I(series_dir)/series, in order, to the package installed in
@@ -46,7 +46,7 @@ author: pd-appliance
 
 EXAMPLES = r"""
 - name: Apply the SGLang patch series
-  sglang_patch_series:
+  pd_sglang_patch_series:
     site_packages: /opt/pd-appliance/sglang/lib/python3.11/site-packages
     series_dir: /opt/pd-appliance/sglang/share/pd-appliance/patches
     marker: /opt/pd-appliance/sglang/pd-appliance-patches.json

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: sglang_lock_check
+module: pd_sglang_lock_check
 short_description: Prove every entry of a hashed lock against the index or wheelhouse, installing nothing
 description:
   - For each locked package, reads the index page (PEP 691 JSON or PEP 503 HTML) or the wheelhouse,
@@ -38,7 +38,7 @@ author: pd-appliance
 
 EXAMPLES = r"""
 - name: Prove the locked set against the index
-  sglang_lock_check:
+  pd_sglang_lock_check:
     lock: /opt/pd-appliance/sglang/share/pd-appliance/lock/py3.12-x86_64.txt
     python_version: "3.12"
 """

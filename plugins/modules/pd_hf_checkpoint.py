@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module hf_checkpoint: a Hub checkpoint on disk, every byte verified.
+"""Ansible module pd_hf_checkpoint: a Hub checkpoint on disk, every byte verified.
 
 The logic lives in pd_appliance.checkpoint; this file parses arguments and reports.
 """
@@ -7,7 +7,7 @@ The logic lives in pd_appliance.checkpoint; this file parses arguments and repor
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: hf_checkpoint
+module: pd_hf_checkpoint
 short_description: Download a Hugging Face Hub checkpoint with huggingface_hub and verify every file
 description:
   - Resolves I(revision) to its commit, lists the repository tree (size, git blob id and LFS sha256 of
@@ -88,7 +88,7 @@ options:
 
 EXAMPLES = r"""
 - name: Download and verify the checkpoint
-  hf_checkpoint:
+  pd_hf_checkpoint:
     repo_id: nvidia/DeepSeek-V4-Flash-NVFP4
     revision: "{{ checkpoint_revision }}"
     root: "{{ checkpoint_root }}"
@@ -184,7 +184,7 @@ def main() -> None:
         )
     except ImportError as err:
         module.fail_json(
-            msg=f"pd_appliance.checkpoint is not importable by {sys.executable} ({err}): run hf_checkpoint"
+            msg=f"pd_appliance.checkpoint is not importable by {sys.executable} ({err}): run pd_hf_checkpoint"
             " with the tools venv (ansible_python_interpreter: appliance_tools_python), which the"
             " appliance_tools role installs."
         )
