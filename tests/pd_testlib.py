@@ -121,7 +121,7 @@ def _appliance_default_ports() -> set[int]:
     return found
 
 
-def _port_pool() -> list[int]:
+def port_pool() -> list[int]:
     """10,000 ports just below the ephemeral range (above it when it starts too low), shuffled."""
     low, high = _ephemeral_range()
     pool = range(low - 10000, low) if low - 10000 >= 1024 else range(high + 1, min(high + 10001, 65536))
@@ -152,7 +152,7 @@ def reserve_ports(count: int) -> list[int]:
         PORT_LOCK_DIR.mkdir(exist_ok=True)
         PORT_LOCK_DIR.chmod(0o1777)  # shared by every user's test runs, like /tmp
     chosen: list[int] = []
-    for port in _port_pool():
+    for port in port_pool():
         fd = os.open(PORT_LOCK_DIR / f"{port}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -255,6 +255,14 @@ def two_host_layout(prefill_host: dict, decode_host: dict, **shared: object) -> 
                      "serving_ib_device": "mlx5_0", **shared},
         }
     }  # fmt: skip
+
+
+def recap(stdout: str, host: str = "localhost") -> dict[str, int]:
+    """`host`'s PLAY RECAP counts (ok, changed, unreachable, failed, ...) from ansible-playbook's
+    output; fails the test, with the output's tail, when there is none."""
+    match = re.search(rf"^{re.escape(host)}[ \t]+:[ \t]+((?:\w+=\d+[ \t]*)+)$", stdout, re.MULTILINE)
+    assert match, stdout[-3000:]
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match.group(1))}
 
 
 def wait_http(url: str, timeout_s: float = 60.0) -> None:

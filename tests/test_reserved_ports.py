@@ -38,6 +38,6 @@ def test_a_port_someone_listens_on_is_skipped(monkeypatch) -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         busy = listener.getsockname()[1]
-        pool = pd_testlib._port_pool()
-        monkeypatch.setattr(pd_testlib, "_port_pool", lambda: [busy, *pool])
+        pool = pd_testlib.port_pool()
+        monkeypatch.setattr(pd_testlib, "port_pool", lambda: [busy, *pool])
         assert busy not in reserve_ports(1)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pd_standins.hub import RehearsalHub, generate
-from pd_testlib import REHEARSAL_FILTER_PLUGINS
+from pd_testlib import REHEARSAL_FILTER_PLUGINS, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -54,9 +53,9 @@ def playbook(inventory: Path, hub: RehearsalHub, *extra: str) -> subprocess.Comp
 
 
 def recap_changed(output: str) -> int:
-    match = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0", output)
-    assert match, output[-3000:]
-    return int(match.group(1))
+    counts = recap(output)
+    assert counts["unreachable"] == counts["failed"] == 0, output[-3000:]
+    return counts["changed"]
 
 
 def test_role_downloads_verifies_and_is_idempotent(rehearsal_inventory_copy: Path, standin_hub: RehearsalHub):

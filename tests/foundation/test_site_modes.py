@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from converged_site import ConvergedSite
-from pd_testlib import ROOT
+from pd_testlib import ROOT, recap
 
 pytestmark = pytest.mark.slow
 
@@ -36,14 +36,6 @@ def playbook_tags() -> list[str]:
     # measurement, tuning and gate), not one a lab user runs alone.
     found.discard("molecule-idempotence-notest")
     return sorted(found)
-
-
-def _recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
-    match = re.search(
-        r"localhost\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", result.stdout
-    )
-    assert match, result.stdout[-3000:] + result.stderr[-2000:]
-    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, match.groups()), strict=True))
 
 
 def _ok(result: subprocess.CompletedProcess[str] | None) -> str:
@@ -68,7 +60,7 @@ def test_converged_check_changes_nothing_and_every_tag_runs_alone(converged_site
     converged_site.require_deploy()
     converged = converged_site.play("site.yml", "--check", "--diff")
     _ok(converged)
-    assert _recap(converged)["changed"] == 0, converged.stdout[-5000:]
+    assert recap(converged.stdout)["changed"] == 0, converged.stdout[-5000:]
 
     tags = playbook_tags()
     assert set(STAGE_TAGS) <= set(tags) and {"tools", "nixl", "sglang", "driver"} <= set(tags), tags
@@ -111,7 +103,7 @@ def test_converged_check_changes_nothing_and_every_tag_runs_alone(converged_site
             # A second provision on a converged host changes nothing (the lock proven, the venvs
             # in place, the patch series applied once).
             changed = re.findall(r"TASK \[([^\]]+)\][^\n]*\nchanged:", alone.stdout)
-            assert _recap(alone)["changed"] == 0, f"--tags provision changed: {changed}"
+            assert recap(alone.stdout)["changed"] == 0, f"--tags provision changed: {changed}"
 
 
 def _edit_a_patched_file(root: Path) -> tuple[Path, str]:

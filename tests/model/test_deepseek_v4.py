@@ -16,8 +16,8 @@ SHAPE = m.DeepSeekV4Shape.from_config(CONFIG)
 
 def test_v4_layout_pads_pages_to_the_tma_stride() -> None:
     # 256 x 584 = 149504 -> ceil(/576) x 576 = 149760 (REFERENCE.md's page stride); 2 x 584 -> 3 x 576.
-    assert m._v4_paged_bytes_per_token(256) == 149760 / 256
-    assert m._v4_paged_bytes_per_token(2) == 1728 / 2
+    assert m.v4_paged_bytes_per_token(256) == 149760 / 256
+    assert m.v4_paged_bytes_per_token(2) == 1728 / 2
 
 
 def test_bytes_per_token_by_hand() -> None:

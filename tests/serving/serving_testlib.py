@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from pd_testlib import recap
 from rehearsal_deployment import API_KEY, Deployment, private_deployment
 
 __all__ = ["API_KEY", "Deployment", "Layouts", "private_deployment"]
@@ -28,7 +28,7 @@ class Layouts:
         self.deployment.stop()
 
 
-def _post(
+def post_json(
     url: str, body: dict, timeout: float = 10, api_key: str | None = API_KEY
 ) -> tuple[int, dict[str, str], bytes]:
     headers = {"Content-Type": "application/json"}
@@ -42,7 +42,5 @@ def _post(
         return exc.code, dict(exc.headers), exc.read()
 
 
-def _changed(result: subprocess.CompletedProcess) -> int:
-    match = re.search(r"localhost\s+: ok=\d+\s+changed=(\d+)", result.stdout)
-    assert match, result.stdout[-3000:]
-    return int(match.group(1))
+def changed_count(result: subprocess.CompletedProcess) -> int:
+    return recap(result.stdout)["changed"]

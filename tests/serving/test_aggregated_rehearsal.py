@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from serving_testlib import API_KEY, Layouts, _changed, _post, private_deployment
+from serving_testlib import API_KEY, Layouts, changed_count, post_json, private_deployment
 from supervisor.options import UnhosedConfigParser
 
 pytestmark = pytest.mark.slow
@@ -123,7 +123,7 @@ def test_two_aggregated_engines_serve_a_streamed_request_through_smg_regular_mod
     assert events[-1]["choices"][0]["finish_reason"] in ("stop", "length")
     body = {"model": "dsv4-flash", "prompt": "Count to three:", "max_tokens": 4}
     for _ in range(REQUESTS - 1):
-        assert _post(aggregated.deployment.router + "/v1/completions", body, timeout=60)[0] == 200
+        assert post_json(aggregated.deployment.router + "/v1/completions", body, timeout=60)[0] == 200
     after = {inst["port"]: served(inst["port"]) for inst in aggregated.layout()}
     # Each engine is one unified engine (no prefill/decode series); together they served every request.
     assert all(set(a) == {"unified"} for a in after.values()), after
@@ -207,7 +207,7 @@ def test_a_variant_switches_between_aggregated_and_pd_and_the_router_follows(agg
     status, events = stream(aggregated.deployment.router)
     assert status == 200 and events
     again = aggregated.play("playbooks/serve.yml", serving_variant=back)
-    assert again.returncode == 0 and _changed(again) == 0, again.stdout[-5000:]
+    assert again.returncode == 0 and changed_count(again) == 0, again.stdout[-5000:]
 
 
 def test_preflight_passes_the_aggregated_layout_and_refuses_a_mix(aggregated: Aggregated) -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from serving_testlib import Deployment, _changed, _post, private_deployment
+from serving_testlib import Deployment, changed_count, post_json, private_deployment
 
 from pd_standins.engine import TRACE_STAND_IN
 from pd_standins.nvml import STAND_IN
@@ -64,7 +64,7 @@ def test_the_serve_stage_records_what_each_engine_chose_from_its_log(deployment:
 
 
 def test_requests_through_the_router_reach_the_simulated_pd_pair(deployment: Deployment) -> None:
-    status, headers, raw = _post(
+    status, headers, raw = post_json(
         deployment.router + "/v1/chat/completions",
         {"model": "dsv4-flash", "messages": [{"role": "user", "content": "The capital of France is"}],
          "max_tokens": 16},
@@ -74,7 +74,7 @@ def test_requests_through_the_router_reach_the_simulated_pd_pair(deployment: Dep
     assert "Paris" in body["choices"][0]["message"]["content"]
     simulator = {k.lower(): v for k, v in headers.items()}["x-pd-simulator"]
     assert "pd-sim-worker" in simulator and "role=decode" in simulator
-    status, _, raw = _post(
+    status, _, raw = post_json(
         deployment.router + "/v1/completions",
         {"model": "dsv4-flash", "prompt": "Hello", "max_tokens": 32, "ignore_eos": True, "stream": True,
          "stream_options": {"include_usage": True}},
@@ -88,7 +88,7 @@ def test_second_converge_reports_no_change(deployment: Deployment) -> None:
     pids = deployment.pids()
     second = deployment.converge()
     assert second.returncode == 0, second.stdout[-4000:]
-    assert _changed(second) == 0, second.stdout[-6000:]
+    assert changed_count(second) == 0, second.stdout[-6000:]
     assert deployment.pids() == pids
 
 
@@ -120,7 +120,7 @@ def test_sigkilled_worker_is_restarted_and_served_through_again(deployment: Depl
     served = None
     while time.monotonic() - killed_at < RESTART_BOUND_S:
         probe = {"model": "dsv4-flash", "prompt": "The capital of France is", "max_tokens": 4}
-        status, _, raw = _post(deployment.router + "/v1/completions", probe)
+        status, _, raw = post_json(deployment.router + "/v1/completions", probe)
         if status == 200 and b"Paris" in raw:
             served = time.monotonic() - killed_at
             break

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving_testlib import Layouts, _changed, _post, private_deployment
+from serving_testlib import Layouts, changed_count, post_json, private_deployment
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def spread(layout: list[dict], names: list[str], router: str) -> dict[str, int]:
     body = {"model": "dsv4-flash", "prompt": "The capital of France is", "max_tokens": 8}
 
     def one(_: int) -> int:
-        return _post(router + "/v1/completions", body, timeout=60)[0]
+        return post_json(router + "/v1/completions", body, timeout=60)[0]
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         statuses = list(pool.map(one, range(REQUESTS)))
@@ -140,7 +140,7 @@ def test_relayout_to_two_prefills_two_decodes_spreads_over_all_four(layout: Layo
         counts = [served[n] for n in names if n.startswith(role)]
         assert sum(counts) == REQUESTS and min(counts) >= REQUESTS / 2 / 2, served
     again = layout.play("playbooks/serve.yml", None, serving_variant=variant)
-    assert again.returncode == 0 and _changed(again) == 0, again.stdout[-5000:]
+    assert again.returncode == 0 and changed_count(again) == 0, again.stdout[-5000:]
 
 
 def test_preflight_passes_the_layouts(layout: Layout) -> None:

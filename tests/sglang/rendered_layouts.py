@@ -41,7 +41,7 @@ def real(sglang_wheel: Path) -> RealSGLang:
     return RealSGLang(ensure_parser_venv(inputs, ROOT / "artifacts" / "sglang-parser"))
 
 
-def _render_vars(root: Path | None, **extra: object) -> dict:
+def render_vars(root: Path | None, **extra: object) -> dict:
     owner = pwd.getpwuid(os.getuid()).pw_name
     group = grp.getgrgid(os.getgid()).gr_name
     out = {
@@ -56,7 +56,7 @@ def _render_vars(root: Path | None, **extra: object) -> dict:
     return out
 
 
-def _render(inventory: Path, variables: dict, tmp: Path) -> None:
+def render_layout(inventory: Path, variables: dict, tmp: Path) -> None:
     extra = tmp / "vars.json"
     extra.write_text(json.dumps(variables))
     result = run_playbook(
@@ -65,7 +65,7 @@ def _render(inventory: Path, variables: dict, tmp: Path) -> None:
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
-def _workers(*roots: Path) -> dict[str, rendered.EngineCommand]:
+def rendered_workers(*roots: Path) -> dict[str, rendered.EngineCommand]:
     found = {}
     for root in roots:
         for conf in sorted((root / CONF_D).glob("*.conf")):
@@ -85,8 +85,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "serving_prefill_cuda_graph_max_bs": 8,
     }  # fmt: skip
     # serving_advertise_host: the host's address (a declared stand-in), as the lab host's would be.
-    variables = _render_vars(root, serving_advertise_host="192.0.2.10", **switches)
-    _render(ROOT / "inventory/lab", variables, tmp_path_factory.mktemp("labvars"))
+    variables = render_vars(root, serving_advertise_host="192.0.2.10", **switches)
+    render_layout(ROOT / "inventory/lab", variables, tmp_path_factory.mktemp("labvars"))
     return root
 
 
@@ -104,7 +104,7 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
         serving_cuda_graph=False,
     )
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    _render(inventory / "hosts.yml", _render_vars(None), base)
+    render_layout(inventory / "hosts.yml", render_vars(None), base)
     return base
 
 
@@ -133,5 +133,5 @@ def variant_hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (inventory / "hosts.yml").write_text(
         yaml.safe_dump({"pd_appliance": {"children": groups, "hosts": hosts}})
     )
-    _render(inventory / "hosts.yml", _render_vars(None), base)
+    render_layout(inventory / "hosts.yml", render_vars(None), base)
     return base

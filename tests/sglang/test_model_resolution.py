@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rendered_layouts import _workers, lab_variants
+from rendered_layouts import lab_variants, rendered_workers
 from sglang_testlib import SGLANG_VERSION
 from supervisor.datatypes import dict_of_key_value_pairs
 from supervisor.options import UnhosedConfigParser
@@ -106,7 +106,7 @@ def resolved(real: RealSGLang, lab: Path, two_hosts: Path, variant_hosts: Path, 
         two_hosts / "decode",
         *(variant_hosts / v["name"] for v in lab_variants()),
     ]
-    commands = _workers(*roots)
+    commands = rendered_workers(*roots)
     groups: dict[str, list[str]] = {}
     for label, command in commands.items():
         conf = Path(command.source)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rendered_layouts import CONF_D, _render, _render_vars, _workers, lab_variants
+from rendered_layouts import CONF_D, lab_variants, render_layout, render_vars, rendered_workers
 from sglang_testlib import SGLANG_VERSION
 from supervisor.datatypes import dict_of_key_value_pairs
 from supervisor.options import UnhosedConfigParser
@@ -71,7 +71,7 @@ def _error_line(message: str) -> str:
 def test_lab_and_two_host_commands_pass_sglangs_parser_and_the_engine_reads_them_alike(
     real: RealSGLang, lab: Path, two_hosts: Path
 ) -> None:
-    commands = _workers(lab, two_hosts / "prefill", two_hosts / "decode")
+    commands = rendered_workers(lab, two_hosts / "prefill", two_hosts / "decode")
     assert sorted(commands) == ["decode/decode", "prefill/prefill", "root/decode", "root/prefill"]
     assert all(c.engine[1:] == ["-m", "sglang.launch_server"] for c in commands.values())
     assert "--disable-cuda-graph" in commands["decode/decode"].argv  # the deprecated spelling SGLang keeps
@@ -87,11 +87,11 @@ def test_a_misspelt_flag_is_refused_by_sglang_and_by_the_rehearsal_engine(
     real: RealSGLang, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     root = tmp_path_factory.mktemp("misspelt") / "root"
-    variables = _render_vars(
+    variables = render_vars(
         root, serving_advertise_host="192.0.2.10", serving_decode_extra_args=[MISSPELT, "16"]
     )
-    _render(ROOT / "inventory/lab", variables, tmp_path_factory.mktemp("misspeltvars"))
-    commands = _workers(root)
+    render_layout(ROOT / "inventory/lab", variables, tmp_path_factory.mktemp("misspeltvars"))
+    commands = rendered_workers(root)
     verdicts = check_rendered(real, commands)
     decode, prefill = verdicts["root/decode"], verdicts["root/prefill"]
     assert prefill.ok
@@ -201,7 +201,7 @@ def test_every_lab_variant_renders_command_lines_sglangs_parser_accepts(
     real: RealSGLang, variant_hosts: Path, lab: Path
 ) -> None:
     variants = {v["name"]: v for v in lab_variants()}
-    commands = _workers(*(variant_hosts / name for name in variants))
+    commands = rendered_workers(*(variant_hosts / name for name in variants))
     # A topology candidate renders its serving_instances; the others the lab's prefill and decode.
     workers = {
         name: len(v.get("vars", {}).get("serving_instances") or [None, None]) for name, v in variants.items()
@@ -226,7 +226,7 @@ def test_every_lab_variant_renders_command_lines_sglangs_parser_accepts(
     assert {k: c.argv[c.argv.index("--tp-size") + 1] for k, c in aggregated.items() if "4x-tp2" in k} == {
         f"agg-4x-tp2/aggregated-{i}": "2" for i in range(4)
     }
-    deployed = _workers(lab)["root/decode"].argv
+    deployed = rendered_workers(lab)["root/decode"].argv
     # Each candidate's overrides reach the command line or the environment, and nothing else changes.
     decode = {name: commands[f"{name}/decode"].argv for name in variants if f"{name}/decode" in commands}
     # MTP is off as shipped (roles/serving/defaults/main.yml); the mtp-N candidates turn it on.

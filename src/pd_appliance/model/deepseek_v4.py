@@ -124,7 +124,7 @@ def load_shape(model_dir: str | Path) -> DeepSeekV4Shape:
     return DeepSeekV4Shape.from_config(load_config(model_dir))
 
 
-def _v4_paged_bytes_per_token(page_tokens: int) -> float:
+def v4_paged_bytes_per_token(page_tokens: int) -> float:
     """KVLayout.V4.page_bytes(page) / page: 584 bytes a token, the page padded to 576 bytes."""
     raw = page_tokens * V4_BYTES_PER_TOKEN
     return math.ceil(raw / V4_PAGE_ALIGN) * V4_PAGE_ALIGN / page_tokens
@@ -145,7 +145,7 @@ def compressed_bytes_per_token(shape: DeepSeekV4Shape) -> float:
         layers = shape.layers_with_ratio(ratio)
         if not layers:
             continue
-        paged = _v4_paged_bytes_per_token(PAGE_SIZE // ratio)
+        paged = v4_paged_bytes_per_token(PAGE_SIZE // ratio)
         if ratio == 4:
             per_layer = paged / 4 + _indexer_bytes_per_token(shape.index_head_dim) / 4
         elif ratio == 128:
@@ -163,7 +163,7 @@ def swa_bytes_per_token(shape: DeepSeekV4Shape, speculative: bool = False) -> fl
     c4_index_state = 2 * 2 * shape.index_head_dim * COMPRESS_STATE_DTYPE_BYTES
     # deepseek_v4_memory_pool.get_compress_state_ring_size(4): 8 rows, 16 with speculation.
     c4_ring = 16 if speculative else 8
-    return _v4_paged_bytes_per_token(PAGE_SIZE) * shape.num_hidden_layers + (
+    return v4_paged_bytes_per_token(PAGE_SIZE) * shape.num_hidden_layers + (
         c4_ring / PAGE_SIZE * (c4_state + c4_index_state) * shape.layers_with_ratio(4)
     )
 
@@ -236,7 +236,7 @@ def kv_transfer_bytes(shape: DeepSeekV4Shape, prompt_tokens: int) -> float:
     swa_tokens = min(prompt_tokens, shape.window_size)
     return (
         prompt_tokens * compressed_bytes_per_token(shape)
-        + swa_tokens * _v4_paged_bytes_per_token(PAGE_SIZE) * shape.num_hidden_layers
+        + swa_tokens * v4_paged_bytes_per_token(PAGE_SIZE) * shape.num_hidden_layers
     )
 
 
