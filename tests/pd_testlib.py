@@ -6,6 +6,7 @@ A module of its own (tests/ is on pytest's pythonpath) because every area has a 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -18,10 +19,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pd_appliance.serving.polling import poll
+
+if TYPE_CHECKING:
+    from pd_standins.engine.server import SimConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 # The rehearsal engine's start-up rates for a test that starts it by hand: no JIT or graph-capture
@@ -255,6 +260,25 @@ def two_host_layout(prefill_host: dict, decode_host: dict, **shared: object) -> 
                      "serving_ib_device": "mlx5_0", **shared},
         }
     }  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def sim_workers(*configs: SimConfig) -> AsyncIterator[asyncio.Event]:
+    """Rehearsal engines (pd_standins' pd-sim-worker) serving `configs` in this event loop: each is
+    ready when the block starts (a port-0 config has the kernel's port written back), all stop when
+    it ends. Yields the stop event, which a test's own watchers may share."""
+    from pd_standins.engine.server import serve  # the engine's imports only for the tests that serve
+
+    stop, tasks = asyncio.Event(), []
+    try:
+        for config in configs:
+            ready = asyncio.Event()
+            tasks.append(asyncio.create_task(serve(config, ready=ready, stop=stop)))
+            await asyncio.wait_for(ready.wait(), 5)
+        yield stop
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
 
 
 def recap(stdout: str, host: str = "localhost") -> dict[str, int]:

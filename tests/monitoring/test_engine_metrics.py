@@ -12,7 +12,8 @@ import pytest
 from monitoring_testlib import find_sglang_wheel, parse_samples, value, wheel_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from pd_standins.engine.server import SimConfig, SimWorker, serve
+from pd_standins.engine.server import SimConfig, SimWorker
+from pd_testlib import sim_workers
 
 BASE_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "simulated"}
 
@@ -55,12 +56,7 @@ async def _pd_request(stream: bool, max_tokens: int) -> tuple[str, str]:
               "bootstrap_port": 0}  # fmt: skip
     prefill = SimConfig(role="prefill", **common)
     decode = SimConfig(role="decode", **common)
-    stop, tasks = asyncio.Event(), []
-    try:
-        for config in (prefill, decode):
-            ready = asyncio.Event()
-            tasks.append(asyncio.create_task(serve(config, ready=ready, stop=stop)))
-            await asyncio.wait_for(ready.wait(), 5)
+    async with sim_workers(prefill, decode):
         body = {"model": "dsv4-flash", "messages": [{"role": "user", "content": "hello there"}],
                 "max_tokens": max_tokens, "ignore_eos": True, "stream": stream,
                 "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap_port,
@@ -79,9 +75,6 @@ async def _pd_request(stream: bool, max_tokens: int) -> tuple[str, str]:
                     assert r.headers["Content-Type"].startswith("text/plain; version=")
                     texts.append(await r.text())
         return texts[0], texts[1]
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks)
 
 
 def test_a_pd_request_is_observed_where_sglang_observes_it() -> None:
@@ -113,12 +106,7 @@ async def _orphan_decode() -> str:
     """A decode request whose prefill never comes: the rendezvous times out, a transfer failure."""
     prefill = SimConfig(role="prefill", port=0, bootstrap_port=0)
     decode = SimConfig(role="decode", port=0, rendezvous_timeout_s=0.3)
-    stop, tasks = asyncio.Event(), []
-    try:
-        for config in (prefill, decode):
-            ready = asyncio.Event()
-            tasks.append(asyncio.create_task(serve(config, ready=ready, stop=stop)))
-            await asyncio.wait_for(ready.wait(), 5)
+    async with sim_workers(prefill, decode):
         body = {"text": "hi", "sampling_params": {"max_new_tokens": 2}, "bootstrap_host": "127.0.0.1",
                 "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": 7}  # fmt: skip
         async with aiohttp.ClientSession() as session:
@@ -126,9 +114,6 @@ async def _orphan_decode() -> str:
                 assert r.status == 502
             async with session.get(f"http://127.0.0.1:{decode.port}/metrics") as r:
                 return await r.text()
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks)
 
 
 def test_a_failed_kv_handoff_counts_as_a_transfer_failure() -> None:

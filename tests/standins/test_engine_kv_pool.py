@@ -18,8 +18,8 @@ import pytest
 
 from pd_appliance.model import deepseek_v4 as m
 from pd_standins.engine import cli, kv_pool
-from pd_standins.engine.server import SimConfig, serve
-from pd_testlib import DSV4_TEST_CONFIG, FAST_ENGINE_START, reserve_ports
+from pd_standins.engine.server import SimConfig
+from pd_testlib import DSV4_TEST_CONFIG, FAST_ENGINE_START, reserve_ports, sim_workers
 
 CONFIG = DSV4_TEST_CONFIG
 SHAPE = m.DeepSeekV4Shape.from_config(CONFIG)
@@ -116,16 +116,11 @@ async def _sixteen_at_once(decode_tokens: int | None, max_running: int | None) -
         max_running_requests=max_running,
         **common,
     )
-    stop = asyncio.Event()
-    tasks = []
-    for config in (prefill, decode):
-        ready = asyncio.Event()
-        tasks.append(asyncio.create_task(serve(config, ready=ready, stop=stop)))
-        await asyncio.wait_for(ready.wait(), 5)
+    done = asyncio.Event()
     seen: list[int] = []
 
     async def watch(session: aiohttp.ClientSession) -> None:
-        while not stop.is_set():
+        while not done.is_set():
             async with session.get(f"http://127.0.0.1:{d_port}/metrics") as r:
                 text = await r.text()
             seen.extend(
@@ -152,17 +147,13 @@ async def _sixteen_at_once(decode_tokens: int | None, max_running: int | None) -
         _, status = await asyncio.gather(post(p_port), post(d_port))
         return status
 
-    try:
-        async with aiohttp.ClientSession() as session:
-            watcher = asyncio.create_task(watch(session))
-            started = time.monotonic()
-            codes = await asyncio.gather(*(one(session) for _ in range(16)))
-            took = time.monotonic() - started
-            stop.set()
-            await watcher
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks)
+    async with sim_workers(prefill, decode), aiohttp.ClientSession() as session:
+        watcher = asyncio.create_task(watch(session))
+        started = time.monotonic()
+        codes = await asyncio.gather(*(one(session) for _ in range(16)))
+        took = time.monotonic() - started
+        done.set()
+        await watcher
     return max(seen), int(took * 1000), codes
 
 

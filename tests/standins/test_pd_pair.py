@@ -20,6 +20,7 @@ from pd_standins.engine import SIMULATOR_HEADER
 from pd_standins.engine.cli import config_from_args
 from pd_standins.engine.server import SimConfig, serve
 from pd_standins.engine.text import CannedCompletions
+from pd_testlib import sim_workers
 
 
 class Pair:
@@ -52,17 +53,8 @@ class Pair:
 @contextlib.asynccontextmanager
 async def running_pair() -> AsyncIterator[Pair]:
     p = Pair(ttft_s=0.2, tpot_s=0.005)
-    stop = asyncio.Event()
-    tasks = []
-    try:
-        for config in (p.prefill, p.decode):
-            ready = asyncio.Event()
-            tasks.append(asyncio.create_task(serve(config, ready=ready, stop=stop)))
-            await asyncio.wait_for(ready.wait(), 5)
+    async with sim_workers(p.prefill, p.decode):
         yield p
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks)
 
 
 def with_pair(scenario: Callable[[Pair], Awaitable[None]]) -> Callable[[], None]:
