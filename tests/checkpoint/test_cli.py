@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkpoint_testlib import overwrite_in_place
 
 from pd_appliance.checkpoint import ensure_checkpoint
 
@@ -30,11 +31,7 @@ def test_verify_reports_progress_and_catches_a_flipped_byte(hub, make_request):
     assert "verified: nvidia/DeepSeek-V4-Flash-NVFP4@" in ok.stdout and "5 hashed" in ok.stdout
     assert "B/s" in ok.stderr and "verify 5 file(s)" in ok.stderr  # the tqdm bar: bytes, rate
     shard = request.directory / "model-00001-of-00003.safetensors"
-    stat = shard.stat()
-    with shard.open("r+b") as handle:
-        handle.seek(stat.st_size - 10)
-        handle.write(b"X")
-    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    overwrite_in_place(shard, shard.stat().st_size - 10, b"X")
     quick = pd_checkpoint("verify", "--quick", "--json", str(request.directory))
     assert quick.returncode == 0 and json.loads(quick.stdout)["verified_by_stat"] == 5
     bad = pd_checkpoint("verify", "--json", str(request.directory))

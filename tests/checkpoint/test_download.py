@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from checkpoint_testlib import overwrite_in_place
 
 from pd_appliance.checkpoint import (
     MANIFEST_NAME,
@@ -67,13 +68,7 @@ def test_flipped_byte_is_refetched_then_ok(hub, make_request):
     request = make_request(hub.url)
     ensure_checkpoint(request)
     shard = request.directory / SHARD
-    stat = shard.stat()
-    with shard.open("r+b") as handle:
-        handle.seek(stat.st_size // 2)
-        byte = handle.read(1)
-        handle.seek(stat.st_size // 2)
-        handle.write(bytes([byte[0] ^ 0x01]))
-    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # modified a second later
+    overwrite_in_place(shard, shard.stat().st_size // 2, later_ns=1_000_000_000)  # modified a second later
     hub.requests.clear()
     report = ensure_checkpoint(request)
     assert report.changed and report.fetched == [SHARD] and report.hashed_files == 1
@@ -85,11 +80,8 @@ def test_flip_with_preserved_mtime_needs_full_verify(hub, make_request):
     request = make_request(hub.url)
     ensure_checkpoint(request)
     shard = request.directory / SHARD
-    stat = shard.stat()
-    with shard.open("r+b") as handle:
-        handle.seek(stat.st_size - 1000)  # inside tensor data: only a hash can see it
-        handle.write(b"\x00\x01\x02")
-    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    # Inside tensor data, the mtime kept: only a hash can see it.
+    overwrite_in_place(shard, shard.stat().st_size - 1000, b"\x00\x01\x02")
     assert not ensure_checkpoint(request).changed  # by design: stat says unchanged
     with pytest.raises(CheckpointIntegrityError, match=SHARD):
         verify_directory(request.directory)
@@ -101,11 +93,7 @@ def test_broken_header_with_preserved_mtime_is_caught_without_full_verify(hub, m
     request = make_request(hub.url)
     ensure_checkpoint(request)
     shard = request.directory / SHARD
-    stat = shard.stat()
-    with shard.open("r+b") as handle:
-        handle.seek(100)  # inside the JSON header
-        handle.write(b"\x00\x01\x02")
-    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    overwrite_in_place(shard, 100, b"\x00\x01\x02")  # inside the JSON header
     report = ensure_checkpoint(request)
     assert report.fetched == [SHARD] and report.hashed_files == 1
 
