@@ -612,15 +612,8 @@ def _fetch_one(
     _chown_if_needed(partial, uid, gid)
     os.replace(partial, final)
     fsync_directory(final.parent)
-    st = final.stat()
-    return ManifestEntry(
-        size=st.st_size,
-        sha256=digest.sha256,
-        git_blob_id=want.git_blob_id,
-        lfs=want.lfs,
-        mtime_ns=st.st_mtime_ns,
-        inode=st.st_ino,
-    )
+    st = final.stat()  # the stat the manifest keeps is the final name's, after the chmod and rename
+    return want.entry_for(replace(digest, size=st.st_size, mtime_ns=st.st_mtime_ns, inode=st.st_ino))
 
 
 def _check_structure(
