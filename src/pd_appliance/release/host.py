@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,29 +38,24 @@ def installed_parts(
 ) -> dict[str, Any]:
     """The sglang and checkpoint parts as installed; a part that is not there says so (installed: false).
     A host that runs only the router uses neither: call with workers=False through `stage`."""
-    parts: dict[str, Any] = {}
+    return {
+        "sglang": _as_installed(
+            lambda: sglang_part(venv, sglang_version, series),
+            {"version": sglang_version, "build": venv.name, "venv": str(venv), "series": series},
+        ),
+        "checkpoint": _as_installed(
+            lambda: checkpoint_part(model_dir, repo_id),
+            {"repo_id": repo_id, "revision": model_dir.name, "dir": str(model_dir)},
+        ),
+    }
+
+
+def _as_installed(read: Callable[[], dict[str, Any]], expected: dict[str, Any]) -> dict[str, Any]:
+    """The part as `read` finds it installed, or what was `expected` with why it is not there."""
     try:
-        parts["sglang"] = {**sglang_part(venv, sglang_version, series), "installed": True}
+        return {**read(), "installed": True}
     except ReleaseError as exc:
-        parts["sglang"] = {
-            "version": sglang_version,
-            "build": venv.name,
-            "venv": str(venv),
-            "series": series,
-            "installed": False,
-            "problem": exc.message,
-        }
-    try:
-        parts["checkpoint"] = {**checkpoint_part(model_dir, repo_id), "installed": True}
-    except ReleaseError as exc:
-        parts["checkpoint"] = {
-            "repo_id": repo_id,
-            "revision": model_dir.name,
-            "dir": str(model_dir),
-            "installed": False,
-            "problem": exc.message,
-        }
-    return parts
+        return {**expected, "installed": False, "problem": exc.message}
 
 
 def read_sections(paths: HostPaths, programs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], str]:
