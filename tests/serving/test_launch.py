@@ -19,6 +19,13 @@ print(json.dumps({"argv": sys.argv, "cmdline": open("/proc/self/cmdline").read()
 """
 
 
+def _show_script(path: Path) -> Path:
+    """An executable Python script at `path` that prints what it was started with (SHOW)."""
+    path.write_text(f"#!{sys.executable}\n{SHOW}")
+    path.chmod(0o755)
+    return path
+
+
 def _run_launcher(*args: str, cwd: Path | None = None) -> dict:
     out = subprocess.run([sys.executable, "-m", "pd_appliance.serving.launch", *args], cwd=cwd,
                          capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
@@ -28,9 +35,7 @@ def _run_launcher(*args: str, cwd: Path | None = None) -> dict:
 def test_secret_flag_reaches_a_console_script_in_process_never_its_command_line(tmp_path) -> None:
     env_file = tmp_path / "router.env"
     env_file.write_text("# comment\nHF_TOKEN=hf_a=b\nSERVING_ROUTER_API_KEY=k3y-with-s9ace\n")
-    script = tmp_path / "smg"
-    script.write_text(f"#!{sys.executable}\n{SHOW}")
-    script.chmod(0o755)
+    script = _show_script(tmp_path / "smg")
     seen = _run_launcher(f"--env-file={env_file}", "--secret-arg=--api-key=SERVING_ROUTER_API_KEY", "--",
                          str(script), "launch", "--port", "1")  # fmt: skip
     assert seen["argv"] == [str(script), "launch", "--port", "1", "--api-key", "k3y-with-s9ace"]
@@ -76,9 +81,7 @@ def test_secret_flag_reaches_a_python_module_under_numactl(tmp_path) -> None:
 def test_unset_secret_adds_no_flag_and_a_non_python_program_is_refused(tmp_path) -> None:
     env_file = tmp_path / "e.env"
     env_file.write_text("")
-    script = tmp_path / "prog"
-    script.write_text(f"#!{sys.executable}\n{SHOW}")
-    script.chmod(0o755)
+    script = _show_script(tmp_path / "prog")
     assert _run_launcher(f"--env-file={env_file}", "--secret-arg=--api-key=K", "--", str(script))["argv"] == [
         str(script)
     ]
