@@ -34,19 +34,20 @@ def connect(serverurl: str, username: str | None = None, password: str | None = 
 
 def stop_program(server: Any, full_name: str) -> None:
     """Stop `group:name` and wait for it (supervisor's stopProcess); one already stopped is fine."""
-    try:
-        server.supervisor.stopProcess(full_name, True)
-    except xmlrpc.client.Fault as fault:
-        if fault.faultCode != Faults.NOT_RUNNING:
-            raise
+    _unless(Faults.NOT_RUNNING, server.supervisor.stopProcess, full_name, True)
 
 
 def start_program(server: Any, full_name: str) -> None:
     """Start `group:name` without waiting for its start window; one already running is fine."""
+    _unless(Faults.ALREADY_STARTED, server.supervisor.startProcess, full_name, False)
+
+
+def _unless(already: int, call: Any, *args: Any) -> None:
+    """`call(*args)` over XML-RPC, where the fault `already` means what was asked is already so."""
     try:
-        server.supervisor.startProcess(full_name, False)
+        call(*args)
     except xmlrpc.client.Fault as fault:
-        if fault.faultCode != Faults.ALREADY_STARTED:
+        if fault.faultCode != already:
             raise
 
 

@@ -84,9 +84,7 @@ class PdApplianceNamespace:
         config = next((p for p in new_group.process_configs if p.name == process_name), None)
         if config is None:
             raise RPCError(Faults.BAD_NAME, f"{group_name}:{process_name} is not in the configuration files")
-        old = group.processes.get(process_name)
-        if old is not None and old.get_state() not in STOPPED_STATES:
-            raise RPCError(Faults.STILL_RUNNING, f"{group_name}:{process_name} must be stopped first")
+        _must_be_stopped(group_name, process_name, group.processes.get(process_name))
         config.create_autochildlogs()
         group.processes[process_name] = config.make_process(group)
         self._sync_group_config(group, new_group)
@@ -104,11 +102,16 @@ class PdApplianceNamespace:
         old = group.processes.get(process_name)
         if old is None:
             raise RPCError(Faults.BAD_NAME, f"{group_name}:{process_name}")
-        if old.get_state() not in STOPPED_STATES:
-            raise RPCError(Faults.STILL_RUNNING, f"{group_name}:{process_name} must be stopped first")
+        _must_be_stopped(group_name, process_name, old)
         del group.processes[process_name]
         self._sync_group_config(group, self._new_group_config(group_name))
         return True
+
+
+def _must_be_stopped(group_name: str, process_name: str, process: Any) -> None:
+    """Refuse to replace or remove a program that still runs: supervisor would lose track of it."""
+    if process is not None and process.get_state() not in STOPPED_STATES:
+        raise RPCError(Faults.STILL_RUNNING, f"{group_name}:{process_name} must be stopped first")
 
 
 def make_rpcinterface(supervisord: Any, **config: Any) -> PdApplianceNamespace:
