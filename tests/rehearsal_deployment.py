@@ -2,7 +2,8 @@
 reserved ports, converged by playbooks/serve.yml against inventory/rehearsal, stopped whole at the
 end (supervisord shut down, then SIGKILL for what this test saw it start and still lingers).
 
-The serving, topology, aggregated and fault suites all use this one handle.
+The serving, topology, aggregated and fault suites all use this one handle; its supervisord half
+(Supervised) is the release rehearsal's Lab's too.
 """
 
 from __future__ import annotations
@@ -29,16 +30,13 @@ API_KEY = "serving-test-router-key-7d1f"
 PD_PORTS = ("serving_prefill_port", "serving_decode_port", "serving_bootstrap_port")
 
 
-@dataclass
-class Deployment:
-    """Where one private deployment lives, how to reach it, and every program pid it was seen run."""
+class Supervised:
+    """A private install root's supervisord, as the serving role lays it out under `root`: reached by
+    supervisorctl and XML-RPC, and stopped whole. The serving suites' Deployment and the release
+    rehearsal's Lab are both one; a subclass gives `root` and a `seen_pids` set."""
 
     root: Path
-    vars_file: Path
-    router: str
-    api_key: str = API_KEY
-    first_run: subprocess.CompletedProcess | None = None
-    seen_pids: set[int] = field(default_factory=set)
+    seen_pids: set[int]
 
     @property
     def conf(self) -> Path:
@@ -47,11 +45,6 @@ class Deployment:
     @property
     def serverurl(self) -> str:
         return f"unix://{self.root}/run/pd-appliance/supervisor.sock"
-
-    @property
-    def start_command(self) -> list[str]:
-        """How the serving role starts supervisord without systemd (serving_supervisor_manager=direct)."""
-        return [str(Path(sys.executable).parent / "supervisord"), "-c", str(self.conf)]
 
     def ctl(self, *args: str) -> subprocess.CompletedProcess:
         binary = Path(sys.executable).parent / "supervisorctl"
@@ -73,6 +66,33 @@ class Deployment:
             return {}
         return {name: int(info["pid"]) for name, info in programs.items() if info["statename"] == "RUNNING"}
 
+    def stop(self) -> None:
+        """Shut supervisord down; SIGKILL only the processes this test saw it start, if they linger."""
+        self.pids()
+        pidfile = self.root / "run/pd-appliance/supervisord.pid"
+        supervisord = int(pidfile.read_text()) if pidfile.exists() else None
+        if self.conf.exists():
+            with contextlib.suppress(Exception):
+                self.ctl("shutdown")
+        reap(self.seen_pids | {supervisord})
+
+
+@dataclass
+class Deployment(Supervised):
+    """Where one private deployment lives, how to reach it, and every program pid it was seen run."""
+
+    root: Path
+    vars_file: Path
+    router: str
+    api_key: str = API_KEY
+    first_run: subprocess.CompletedProcess | None = None
+    seen_pids: set[int] = field(default_factory=set)
+
+    @property
+    def start_command(self) -> list[str]:
+        """How the serving role starts supervisord without systemd (serving_supervisor_manager=direct)."""
+        return [str(Path(sys.executable).parent / "supervisord"), "-c", str(self.conf)]
+
     def play(self, playbook: str, *extra: str) -> subprocess.CompletedProcess:
         """A playbook of the checkout against the rehearsal with this deployment's variables."""
         result = run_playbook(
@@ -90,15 +110,6 @@ class Deployment:
     def wait_ready(self, timeout_s: float = 60) -> dict[str, Any]:
         look = lambda: check(self.router, self.api_key, timeout_s=5)  # noqa: E731
         return poll(look, lambda result: bool(result["ready"]), timeout_s, 0.25).seen
-
-    def stop(self) -> None:
-        """Shut supervisord down; SIGKILL only the processes this test saw it start, if they linger."""
-        self.pids()
-        pidfile = self.root / "run/pd-appliance/supervisord.pid"
-        supervisord = int(pidfile.read_text()) if pidfile.exists() else None
-        with contextlib.suppress(Exception):
-            self.ctl("shutdown")
-        reap(self.seen_pids | {supervisord})
 
 
 def private_deployment(

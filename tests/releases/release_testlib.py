@@ -19,7 +19,6 @@ extension, smg, and the rehearsal engine. What the test sets with -e and why:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -37,7 +36,8 @@ import pytest
 
 from pd_standins.sglang_wheel import build as build_standin
 from pd_standins.sglang_wheel import lock_entries
-from pd_testlib import ansible_env, private_artifacts, reap, reserve_ports, run_owned
+from pd_testlib import ansible_env, private_artifacts, reserve_ports, run_owned, run_playbook
+from rehearsal_deployment import Supervised
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -132,7 +132,7 @@ def build_assets(base: Path) -> Assets:
 
 
 @dataclass
-class Lab:
+class Lab(Supervised):
     """One rehearsal deployment under `root`, with the variables of the release it is asked for."""
 
     base: Path
@@ -155,10 +155,6 @@ class Lab:
         return Path(self.variables["appliance_root"])
 
     @property
-    def conf(self) -> Path:
-        return self.root / "etc/pd-appliance/supervisor/supervisord.conf"
-
-    @property
     def router(self) -> str:
         return f"http://127.0.0.1:{self.ports['serving_router_port']}"
 
@@ -170,37 +166,27 @@ class Lab:
         """Ask for the release the initial variables with `changes` describe (the whole inventory)."""
         self.variables = {**self.initial, **changes}
 
+    def _vars_file(self) -> str:
+        """The variables of the release asked for, as the -e file of the next run."""
+        vars_file = self.base / "vars.json"
+        vars_file.write_text(json.dumps(self.variables))
+        return f"@{vars_file}"
+
     def play(
         self, tags: str, *extra: str, playbook: Path = PLAYBOOK, timeout: int = 900
     ) -> subprocess.CompletedProcess:
-        vars_file = self.base / "vars.json"
-        vars_file.write_text(json.dumps(self.variables))
-        cmd = [str(BIN / "ansible-playbook"), str(playbook), "-i", str(self.inventory), "-e", f"@{vars_file}"]
-        if tags:
-            cmd += ["--tags", tags]
-        result = run_owned([*cmd, *extra], timeout, ansible_env())
-        self.seen_pids |= set(self.pids().values())
+        tagged = ["--tags", tags] if tags else []
+        result = run_playbook(
+            playbook, self.inventory, "-e", self._vars_file(), *tagged, *extra, timeout=timeout
+        )
+        self.pids()
         return result
 
     def cli(self, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-        vars_file = self.base / "vars.json"
-        vars_file.write_text(json.dumps(self.variables))
-        cmd = [str(BIN / "pd-appliance"), *args, "-i", str(self.inventory), "-e", f"@{vars_file}"]
+        cmd = [str(BIN / "pd-appliance"), *args, "-i", str(self.inventory), "-e", self._vars_file()]
         result = run_owned(cmd, timeout, ansible_env())
-        self.seen_pids |= set(self.pids().values())
+        self.pids()
         return result
-
-    def ctl(self, *args: str) -> str:
-        return subprocess.run([str(BIN / "supervisorctl"), "-c", str(self.conf), *args], capture_output=True,
-                              text=True, timeout=60, check=False).stdout  # fmt: skip
-
-    def pids(self) -> dict[str, int]:
-        if not self.conf.exists():
-            return {}
-        return {
-            m.group(1): int(m.group(2))
-            for m in re.finditer(r"^pd:(\S+)\s+RUNNING\s+pid (\d+)", self.ctl("status"), re.M)
-        }
 
     def ask(self, prompt: str = "The capital of France is") -> tuple[int, str]:
         """One completion through the router: (status, the answering engine's X-PD-Simulator header)."""
@@ -257,16 +243,6 @@ class Lab:
             if models.is_dir()
             else []
         )
-
-    def stop(self) -> None:
-        """Shut supervisord down; SIGKILL only processes this test saw it run, if they linger."""
-        pidfile = self.root / "run/pd-appliance/supervisord.pid"
-        supervisord = int(pidfile.read_text()) if pidfile.exists() else None
-        self.seen_pids |= set(self.pids().values())
-        if self.conf.exists():
-            with contextlib.suppress(Exception):
-                self.ctl("shutdown")
-        reap(self.seen_pids | {supervisord})
 
 
 def new_lab(hub: Any, assets: Assets) -> Lab:
