@@ -113,12 +113,12 @@ PORT_LOCK_DIR = Path("/tmp/pd-test-ports")
 _HELD_PORTS: list[int] = []  # lock file descriptors, held until this process exits
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def ephemeral_range() -> tuple[int, int]:
     low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
     return int(low), int(high)
 
 
-def _appliance_default_ports() -> set[int]:
+def appliance_default_ports() -> set[int]:
     """The appliance's default ports (a rehearsal from the checkout runs on them): never reserved."""
     found = set()
     for defaults in ROOT.glob("roles/*/defaults/main.yml"):
@@ -128,9 +128,9 @@ def _appliance_default_ports() -> set[int]:
 
 def port_pool() -> list[int]:
     """10,000 ports just below the ephemeral range (above it when it starts too low), shuffled."""
-    low, high = _ephemeral_range()
+    low, high = ephemeral_range()
     pool = range(low - 10000, low) if low - 10000 >= 1024 else range(high + 1, min(high + 10001, 65536))
-    ports = sorted(set(pool) - _appliance_default_ports())
+    ports = sorted(set(pool) - appliance_default_ports())
     random.shuffle(ports)
     return ports
 

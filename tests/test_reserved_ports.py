@@ -9,18 +9,18 @@ import sys
 from pathlib import Path
 
 import pd_testlib
-from pd_testlib import _appliance_default_ports, _ephemeral_range, reserve_ports
+from pd_testlib import appliance_default_ports, ephemeral_range, reserve_ports
 
 HERE = Path(__file__).resolve().parent
 
 
 def test_reserved_ports_are_outside_the_ephemeral_range_and_the_defaults() -> None:
-    low, high = _ephemeral_range()
+    low, high = ephemeral_range()
     ports = reserve_ports(20)
     assert len(set(ports)) == 20
     assert not any(low <= p <= high for p in ports), (low, high, ports)
-    assert not set(ports) & _appliance_default_ports()
-    assert {29000, 30000, 30001} <= _appliance_default_ports(), "the rehearsal's defaults are read"
+    assert not set(ports) & appliance_default_ports()
+    assert {29000, 30000, 30001} <= appliance_default_ports(), "the rehearsal's defaults are read"
 
 
 def test_another_process_never_gets_a_port_this_one_holds() -> None:
