@@ -1,6 +1,6 @@
 """The serving planner: every supervisor program of a host, as data (argv, env, priority, notes).
 
-The serving role hands the planner its variables once (roles/serving/tasks/validate.yml, filter
+The serving role hands the planner its variables once (roles/serving/tasks/check_inputs.yml, filter
 pd_serving_program_specs); the templates only format what it returns (program.conf.j2). Changing
 how a worker or the router is launched is a change here and in tests/serving/test_plan.py, not in a
 Jinja program: this replaced templates/program_spec.j2, whose evaluation cost the play about a
