@@ -71,7 +71,7 @@ class FilterModule:
             "pd_serving_instances": _wrap(_instances),
             "pd_serving_topology_of": _wrap(_topology_of),
             "pd_serving_memory_fit_errors": _wrap(topology.memory_fit_errors),
-            "pd_serving_gpu_binding": _wrap(pinning.gpu_binding),
+            "pd_serving_gpu_bindings": _wrap(pinning.gpu_bindings),
             "pd_serving_merge_env": _wrap(_merge_env),
             "pd_serving_supervisor_environment": _wrap(supervisor_format.supervisor_environment),
             "pd_serving_supervisor_command": _wrap(supervisor_format.supervisor_command),

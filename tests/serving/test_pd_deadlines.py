@@ -85,8 +85,8 @@ def test_an_admission_wait_of_half_the_bootstrap_timeout_or_more_is_refused(
 
 
 def test_the_serving_role_applies_that_rule_on_the_router_host() -> None:
-    """roles/serving/tasks/validate.yml asserts the rule's result, so the play stops on a refused wait."""
-    tasks = yaml.safe_load((ROOT / "roles/serving/tasks/validate.yml").read_text())
+    """roles/serving/tasks/check_inputs.yml asserts the rule's result, so the play stops on a refused wait."""
+    tasks = yaml.safe_load((ROOT / "roles/serving/tasks/check_inputs.yml").read_text())
     task = next(t for t in tasks if t["name"].startswith("Keep smg's PD admission wait"))
     assert task["ansible.builtin.assert"]["that"] == "__serving_admission_errors | length == 0"
     expression = " ".join(task["vars"]["__serving_admission_errors"].split())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pd_appliance.serving.commands import CommandError, router_argv, sglang_argv, worker_url
-from pd_appliance.serving.pinning import PinningError, gpu_binding, parse_node_list
+from pd_appliance.serving.pinning import PinningError, gpu_binding, gpu_bindings, parse_node_list
 from pd_standins.gpus import STAND_IN, simulated_gpu
 
 # What NVML reports for the lab's GPUs: the stand-in's figures, no stand-in named.
@@ -52,6 +52,27 @@ def test_simulated_gpus_bind_to_the_nodes_the_machine_has() -> None:
 def test_gpu_missing_from_facts_names_the_variable() -> None:
     with pytest.raises(PinningError, match=r"serving_decode_gpus names GPU\(s\) \[8\]"):
         gpu_binding([7, 8], LAB_FACTS, "serving_decode_gpus")
+
+
+def test_a_hosts_instances_are_pinned_in_one_call_by_program_name() -> None:
+    instances = [{"name": "prefill", "gpus": [0, 1, 2, 3]}, {"name": "decode-1", "gpus": [4, 5]}]
+    simulated = [simulated_gpu(i) for i in range(8)]
+    # The machine's node list binds a stand-in's GPUs; real GPUs keep their own node.
+    assert gpu_bindings(instances, simulated, "0\n")["decode-1"]["numactl_args"] == [
+        "--cpunodebind=0",
+        "--membind=0",
+    ]
+    assert gpu_bindings(instances, LAB_FACTS, "0")["decode-1"]["numactl_args"] == [
+        "--cpunodebind=1",
+        "--membind=1",
+    ]
+    assert gpu_bindings(instances, simulated, "")["prefill"]["numactl_args"] == []
+    assert list(gpu_bindings(instances, LAB_FACTS)) == ["prefill", "decode-1"]
+    assert gpu_bindings([], None) == {}
+    with pytest.raises(
+        PinningError, match=r"the GPUs of pd:decode-1 \(serving_instances\) names GPU\(s\) \[8\]"
+    ):
+        gpu_bindings([{"name": "decode-1", "gpus": [7, 8]}], LAB_FACTS)
 
 
 SETTINGS = {

@@ -26,30 +26,54 @@ def instance(name: str, role: str, gpus: list[int], port: int, **extra: Any) -> 
             "url": f"http://10.0.0.5:{port}", "host": "node1", **extra}  # fmt: skip
 
 
+# sglang_argv's keys that each instance (or the planner) sets, not a variable of the role.
+INSTANCE_KEYS = (
+    "tp_size",
+    "host",
+    "port",
+    "bootstrap_port",
+    "cuda_graph_max_bs",
+    "speculative",
+    "extra_args",
+)
+# The role's serving_* variables as the planner gets them (check_inputs.yml gathers them by prefix).
+SETTINGS_VARS: dict[str, Any] = {
+    **{f"serving_{key}": value for key, value in SETTINGS.items() if key not in INSTANCE_KEYS},
+    "serving_worker_bind_host": "127.0.0.1", "serving_bootstrap_port": 8998,
+    **{f"serving_speculative_{key}": value for key, value in SETTINGS["speculative"].items()},
+    "serving_env_dir": "/etc/pd/env", "serving_log_dir": "/var/log/pd",
+    "serving_engine_command": ["/opt/sglang/bin/python", "-m", "sglang.launch_server"],
+    "serving_prefill_cuda_graph_max_bs": None, "serving_decode_cuda_graph_max_bs": 32,
+    "serving_prefill_extra_args": [], "serving_decode_extra_args": [["--decode-log-interval", "40"]],
+    "serving_aggregated_extra_args": [], "serving_router_extra_args": [],
+    "serving_numactl_path": "/usr/bin/numactl", "serving_numa_binding": True,
+    "serving_worker_require_api_key": False,
+    "serving_worker_priority": 100, "serving_worker_startsecs": 30, "serving_worker_stopwaitsecs": "60",
+    "serving_router_priority": 200, "serving_router_startsecs": 5, "serving_router_stopwaitsecs": 30,
+    "serving_env_defaults_common": {"A": "defaults"}, "serving_env_common": {"A": "common", "B": "common"},
+    "serving_env_defaults_workers": {"W": "workers"}, "serving_env_defaults_router": {"R": "router-default"},
+    "serving_env_router": {"R": "router"}, "serving_env_host": {"B": "host"},
+    "serving_sglang_sm120_flashmla_backend": "triton",
+    "serving_env_prefill": {}, "serving_env_decode": {"W": "decode-user"}, "serving_env_aggregated": {},
+    "serving_router_command": ["/opt/router/bin/smg", "launch"],
+    "serving_router_host": "127.0.0.1", "serving_router_port": 8000, "serving_router_policy": "round_robin",
+    "serving_router_aggregated_policy": "round_robin", "serving_router_metrics_port": None,
+    "serving_router_worker_outage_grace_s": None, "serving_log_level": None,
+    "serving_worker_health_path": "/health", "serving_router_wait_for_workers_timeout_s": 1800,
+}  # fmt: skip
+
+
 def inputs(
     instances: list[dict[str, Any]], facts: list[dict[str, Any]] = FACTS, **over: Any
 ) -> dict[str, Any]:
+    """The role's inputs for `instances`; `over` sets serving_* variables, or the other inputs by name."""
     bindings = {i["name"]: pinning.gpu_binding(i["gpus"], facts) for i in instances}
+    settings = {**SETTINGS_VARS, **{k: v for k, v in over.items() if k.startswith("serving_")}}
     return {
-        "env_dir": "/etc/pd/env", "log_dir": "/var/log/pd", "launcher": LAUNCHER,
-        "instances": {i["name"]: i for i in instances}, "bindings": bindings,
+        "settings": settings, "tools_python": LAUNCHER[0], "instances": instances, "bindings": bindings,
         "health_urls": {**{i["name"]: f"http://127.0.0.1:{i['port']}/health" for i in instances},
                         "router": "http://127.0.0.1:8000/readiness"},
-        "engine_command": ["/opt/sglang/bin/python", "-m", "sglang.launch_server"],
-        "worker_settings": dict(SETTINGS, extra_args=[]),
-        "cuda_graph_max_bs": {"prefill": None, "decode": 32},
-        "extra_args": {"prefill": [], "decode": [["--decode-log-interval", "40"]], "router": []},
-        "numactl_path": "/usr/bin/numactl", "numa_binding": True, "require_api_key": False,
-        "worker": {"priority": 100, "startsecs": 30, "stopwaitsecs": "60"},
-        "router": {"priority": 200, "startsecs": 5, "stopwaitsecs": 30},
-        "env": {"defaults_common": {"A": "defaults"}, "common": {"A": "common", "B": "common"},
-                "defaults_workers": {"W": "workers"}, "defaults_router": {"R": "router-default"},
-                "router": {"R": "router"}, "host": {"B": "host"},
-                "role_only": {"prefill": {}, "decode": {"SGLANG_SM120_FLASHMLA_BACKEND": "triton"}},
-                "user": {"prefill": {}, "decode": {"W": "decode-user"}}},
-        "all_instances": instances, "router_command": ["/opt/router/bin/smg", "launch"],
-        "router_settings": {"host": "127.0.0.1", "port": 8000, "policy": "round_robin"},
-        "worker_health_path": "/health", "router_wait_timeout_s": 1800, **over,
+        "all_instances": instances, **{k: v for k, v in over.items() if not k.startswith("serving_")},
     }  # fmt: skip
 
 
@@ -83,7 +107,7 @@ def test_a_worker_is_launcher_then_numactl_then_the_engine_with_its_layers_in_or
 
 
 def test_numa_notes_say_why_a_worker_is_not_bound() -> None:
-    unbound = program_specs(["prefill"], inputs(LAB, numa_binding=False))["prefill"]
+    unbound = program_specs(["prefill"], inputs(LAB, serving_numa_binding=False))["prefill"]
     assert "/usr/bin/numactl" not in unbound["argv"]
     assert unbound["notes"][2:] == ["no NUMA binding (serving_numa_binding is false); NUMA node(s) 0"]
     assert unbound["notes"][0] == "prefill instance, TP4, port 30000, bootstrap port 8998 (serving_instances)"
@@ -96,7 +120,7 @@ def test_numa_notes_say_why_a_worker_is_not_bound() -> None:
 
 def test_a_worker_takes_the_router_key_only_when_workers_require_it() -> None:
     open_ = program_specs(["prefill"], inputs(LAB))["prefill"]["argv"]
-    keyed = program_specs(["prefill"], inputs(LAB, require_api_key=True))["prefill"]["argv"]
+    keyed = program_specs(["prefill"], inputs(LAB, serving_worker_require_api_key=True))["prefill"]["argv"]
     secret = "--secret-arg=--api-key=SERVING_ROUTER_API_KEY"
     assert secret not in open_ and keyed.index(secret) < keyed.index("--")
 
@@ -123,7 +147,7 @@ def test_the_router_waits_for_every_worker_of_the_deployment_and_reads_its_key_f
 
 
 def test_a_bad_setting_is_the_commands_refusal() -> None:
-    bad = inputs(LAB, worker_settings=dict(SETTINGS, extra_args=[], speculative={"algorithm": "NEXTN"}))
+    bad = inputs(LAB, serving_speculative_algorithm="NEXTN")
     with pytest.raises(CommandError, match="EAGLE"):
         program_specs(["prefill"], bad)
 
@@ -155,14 +179,14 @@ AGG = [
 
 
 def aggregated_inputs(**over: Any) -> dict[str, Any]:
-    base = inputs(AGG, **over)
-    base["cuda_graph_max_bs"] = {**base["cuda_graph_max_bs"], "aggregated": {"prefill": 8, "decode": 32}}
-    base["extra_args"] = {**base["extra_args"], "aggregated": [["--enable-mixed-chunk"]]}
-    env = base["env"]
-    env["role_only"] = {**env["role_only"], "aggregated": {"SGLANG_SM120_FLASHMLA_BACKEND": "triton"}}
-    env["user"] = {**env["user"], "aggregated": {"W": "aggregated-user"}}
-    base["router_settings"] = {**base["router_settings"], "aggregated_policy": "cache_aware"}
-    return base
+    return inputs(
+        AGG,
+        serving_prefill_cuda_graph_max_bs=8,
+        serving_aggregated_extra_args=[["--enable-mixed-chunk"]],
+        serving_env_aggregated={"W": "aggregated-user"},
+        serving_router_aggregated_policy="cache_aware",
+        **over,
+    )
 
 
 def test_aggregated_instances_are_one_engine_each_and_the_router_runs_in_regular_mode() -> None:
@@ -213,3 +237,20 @@ def test_a_router_over_a_mix_of_aggregated_and_pd_instances_is_refused() -> None
     mixed = aggregated_inputs(all_instances=[*AGG, *LAB])
     with pytest.raises(CommandError, match="the router has one mode"):
         program_specs(["router"], mixed)
+
+
+def test_the_planner_reads_each_setting_by_its_variables_name() -> None:
+    """Every serving_* variable reaches the command lines without a line in the role's vars/: the
+    engine's as its name without `serving_`, the router's without `serving_router_`."""
+    specs = program_specs(
+        ["decode", "router"],
+        inputs(LAB, serving_kv_cache_dtype="fp8_e5m2", serving_router_queue_size=7,
+               serving_router_metrics_port=29000, serving_sglang_sm120_flashmla_backend=""),
+    )  # fmt: skip
+    decode, router = specs["decode"]["argv"], specs["router"]["argv"]
+    assert decode[decode.index("--kv-cache-dtype") + 1] == "fp8_e5m2"
+    assert router[router.index("--queue-size") + 1] == "7"
+    assert router[router.index("--prometheus-host") + 1 : router.index("--prometheus-host") + 4] == [
+        "127.0.0.1", "--prometheus-port", "29000"]  # fmt: skip
+    # An empty switch leaves the variable to SGLang: the decode's environment does not carry it.
+    assert "SGLANG_SM120_FLASHMLA_BACKEND" not in specs["decode"]["environment"]

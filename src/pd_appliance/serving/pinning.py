@@ -100,3 +100,22 @@ def gpu_binding(
         # nodes its nodes map to ([] when the machine has no NUMA: then there is no prefix).
         "bind_numa_nodes": bind_nodes or [],
     }
+
+
+def gpu_bindings(
+    instances: Sequence[Mapping[str, Any]],
+    facts: Sequence[Mapping[str, Any]] | None,
+    host_numa_online: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Every instance's `gpu_binding` by program name, in one call (the role pins a host in one task).
+
+    `host_numa_online` counts only where a GPU stand-in answers (see the module doc); "" is none.
+    """
+    facts = list(facts or [])
+    online = (host_numa_online or None) if any(f.get("stand_in") for f in facts) else None
+    return {
+        str(inst["name"]): gpu_binding(
+            inst["gpus"], facts, f"the GPUs of pd:{inst['name']} (serving_instances)", online
+        )
+        for inst in instances
+    }

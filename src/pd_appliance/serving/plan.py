@@ -1,16 +1,18 @@
 """The serving planner: every supervisor program of a host, as data (argv, env, priority, notes).
 
-The serving role hands the planner its variables once (roles/serving/tasks/validate.yml, filter
-pd_serving_program_specs); the templates only format what it returns (program.conf.j2). Changing
-how a worker or the router is launched is a change here and in tests/serving/test_plan.py, not in a
-Jinja program: this replaced templates/program_spec.j2, whose evaluation cost the play about a
-second per run.
+The serving role hands the planner its variables once (roles/serving/tasks/check_inputs.yml, filter
+pd_serving_program_specs): every `serving_*` variable by name (`PlanInputs.settings`, gathered by
+prefix, secrets left out), this host's published topology, its GPU bindings and health URLs. The
+templates only format what it returns (program.conf.j2). Changing how a worker or the router is
+launched is a change to the variable (the role's defaults and argument spec), here or in
+pd_appliance.serving.commands (the flag spelling), and in their tests: no line in the role's vars/,
+no Jinja program (this replaced templates/program_spec.j2 and the role's computed dicts).
 
-Inputs (`PlanInputs`, from the role's variables):
-- the programs of this host: its instances by name (pd_appliance.serving.topology's published form),
-  their GPU bindings (pd_appliance.serving.pinning.gpu_binding) and, on a router host, every instance
-  of the deployment;
-- the engine and router command lines' settings (pd_appliance.serving.commands);
+What the planner reads from `settings` (`_launch`):
+- the engine's and the router's command line settings: the `serving_*` variables with the prefix
+  taken off (`serving_router_*` for the router), handed to commands.sglang_argv / router_argv, so a
+  new `serving_decode_<x>` reaches sglang_argv as `decode_<x>` without a line anywhere else; a few
+  are renamed or grouped here (the bind host, the speculative settings, each role's CUDA graph size);
 - the env-hook layers, merged left to right (pd_appliance.serving.supervisor_format.merge_env);
 - supervisor's settings per kind of program and where logs and env files live.
 """
@@ -18,7 +20,7 @@ Inputs (`PlanInputs`, from the role's variables):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,6 +28,15 @@ from pd_appliance.serving import commands
 from pd_appliance.serving.supervisor_format import merge_env
 
 ROUTER = "router"
+PREFIX = "serving_"
+ROUTER_PREFIX = "serving_router_"
+# Env switches only one worker role reads, so a change restarts only that role: variable -> the
+# setting it comes from, by role. An aggregated engine decodes too, so it reads the decode backend.
+ROLE_ONLY_ENV: Mapping[str, Mapping[str, str]] = {
+    "prefill": {},
+    "decode": {"SGLANG_SM120_FLASHMLA_BACKEND": "serving_sglang_sm120_flashmla_backend"},
+    "aggregated": {"SGLANG_SM120_FLASHMLA_BACKEND": "serving_sglang_sm120_flashmla_backend"},
+}
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,30 @@ class Supervision:
 
 @dataclass(frozen=True)
 class PlanInputs:
-    """What the serving role knows about this host's programs (see the module doc)."""
+    """What the serving role hands the planner (see the module doc)."""
+
+    # Every serving_* variable of the host by its full name (the role leaves secrets out).
+    settings: Mapping[str, Any]
+    # The tools venv's python, which runs the launcher (pd_appliance.serving.launch).
+    tools_python: str
+    # This host's instances (pd_serving_topology, pd_appliance.serving.topology's published form).
+    instances: Sequence[Mapping[str, Any]]
+    # By program name: pd_appliance.serving.pinning.gpu_binding of its GPUs.
+    bindings: Mapping[str, Mapping[str, Any]]
+    # By program name: where the play probes it (health_urls below, as the role's vars hold them).
+    health_urls: Mapping[str, str]
+    # Every instance of the deployment: a router host routes over them.
+    all_instances: Sequence[Mapping[str, Any]] = ()
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> PlanInputs:
+        """From the role's dict (plain JSON-able values)."""
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What the planner derives from the settings once (`_launch`)."""
 
     env_dir: str
     log_dir: str
@@ -48,6 +82,7 @@ class PlanInputs:
     bindings: Mapping[str, Mapping[str, Any]]
     health_urls: Mapping[str, str]
     engine_command: Sequence[str]
+    # The engine settings every worker shares (commands.sglang_argv's keys).
     worker_settings: Mapping[str, Any]
     # By role; an aggregated engine captures both phases: {"prefill": N, "decode": N} (commands.sglang_argv).
     cuda_graph_max_bs: Mapping[str, Any]
@@ -60,38 +95,108 @@ class PlanInputs:
     # Env-hook layers by name: defaults_common, common, defaults_workers, defaults_router, router,
     # host, and per worker role: role_only[role], user[role].
     env: Mapping[str, Any]
-    all_instances: Sequence[Mapping[str, Any]] = ()
-    router_command: Sequence[str] = ()
-    router_settings: Mapping[str, Any] = field(default_factory=dict)
-    worker_health_path: str = "/health"
-    router_wait_timeout_s: Any = 0  # as the inventory spells it (the launcher parses it)
+    all_instances: Sequence[Mapping[str, Any]]
+    router_command: Sequence[str]
+    router_settings: Mapping[str, Any]
+    worker_health_path: str
+    router_wait_timeout_s: Any  # as the inventory spells it (the launcher parses it)
 
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any]) -> PlanInputs:
-        """From the role's dict of variables (plain JSON-able values)."""
-        values = dict(raw)
-        for kind in ("worker", "router"):
-            s = values[kind]
-            values[kind] = Supervision(int(s["priority"]), int(s["startsecs"]), int(s["stopwaitsecs"]))
-        values["numa_binding"] = bool(values["numa_binding"])
-        values["require_api_key"] = bool(values["require_api_key"])
-        return cls(**values)
+
+def _stripped(settings: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The settings under `prefix`, keyed without it (serving_kv_cache_dtype -> kv_cache_dtype)."""
+    return {name[len(prefix) :]: value for name, value in settings.items() if name.startswith(prefix)}
+
+
+def _supervision(s: Mapping[str, Any], kind: str) -> Supervision:
+    """supervisor's settings of a kind of program (worker, router): serving_<kind>_priority, ..."""
+    return Supervision(
+        *(int(s[f"serving_{kind}_{key}"]) for key in ("priority", "startsecs", "stopwaitsecs"))
+    )
+
+
+def _worker_settings(s: Mapping[str, Any]) -> dict[str, Any]:
+    """commands.sglang_argv's settings: every serving_* variable without the prefix, the bind host
+    as `host` and the speculative settings grouped (each instance adds its own: _worker_spec)."""
+    return {
+        **_stripped(s, PREFIX),
+        "host": s["serving_worker_bind_host"],
+        "speculative": {
+            "algorithm": s["serving_speculative_algorithm"],
+            "num_steps": s["serving_speculative_num_steps"],
+            "eagle_topk": s["serving_speculative_eagle_topk"],
+            "num_draft_tokens": s["serving_speculative_num_draft_tokens"],
+        },
+    }
+
+
+def _router_settings(s: Mapping[str, Any]) -> dict[str, Any]:
+    """commands.router_argv's settings: every serving_router_* variable without the prefix, and the
+    metrics address, the outage grace and the log level under router_argv's names."""
+    return {
+        **_stripped(s, ROUTER_PREFIX),
+        "prometheus_host": s["serving_router_host"],
+        "prometheus_port": s["serving_router_metrics_port"],
+        "outage_grace_s": s["serving_router_worker_outage_grace_s"],
+        "log_level": s["serving_log_level"],
+    }
+
+
+def _launch(p: PlanInputs) -> _Launch:
+    """Everything the programs' specs read, from the settings (see the module doc)."""
+    s = p.settings
+    graphs = {role: s[f"serving_{role}_cuda_graph_max_bs"] for role in ("prefill", "decode")}
+    roles = (*commands.WORKER_ROLES, ROUTER)
+    return _Launch(
+        env_dir=s["serving_env_dir"],
+        log_dir=s["serving_log_dir"],
+        launcher=[p.tools_python, "-m", "pd_appliance.serving.launch"],
+        instances={str(i["name"]): i for i in p.instances},
+        bindings=p.bindings,
+        health_urls=p.health_urls,
+        engine_command=s["serving_engine_command"],
+        worker_settings=_worker_settings(s),
+        cuda_graph_max_bs={**graphs, "aggregated": graphs},
+        extra_args={role: s[f"serving_{role}_extra_args"] for role in roles},
+        numactl_path=s["serving_numactl_path"],
+        numa_binding=bool(s["serving_numa_binding"]),
+        require_api_key=bool(s["serving_worker_require_api_key"]),
+        worker=_supervision(s, "worker"),
+        router=_supervision(s, "router"),
+        env={
+            "defaults_common": s["serving_env_defaults_common"],
+            "common": s["serving_env_common"],
+            "defaults_workers": s["serving_env_defaults_workers"],
+            "defaults_router": s["serving_env_defaults_router"],
+            "router": s["serving_env_router"],
+            "host": s["serving_env_host"],
+            # An empty switch leaves the variable to SGLang (null removes it from the merge).
+            "role_only": {
+                role: {k: s[v] or None for k, v in only.items()} for role, only in ROLE_ONLY_ENV.items()
+            },
+            "user": {role: s[f"serving_env_{role}"] for role in roles},
+        },
+        all_instances=p.all_instances,
+        router_command=s["serving_router_command"],
+        router_settings=_router_settings(s),
+        worker_health_path=s["serving_worker_health_path"],
+        router_wait_timeout_s=s["serving_router_wait_for_workers_timeout_s"],
+    )
 
 
 def program_specs(names: Sequence[str], raw: Mapping[str, Any] | PlanInputs) -> dict[str, dict[str, Any]]:
     """Each named program's spec (a worker instance's name, or `router`), in the order given."""
-    inputs = raw if isinstance(raw, PlanInputs) else PlanInputs.from_mapping(raw)
-    return {name: program_spec(name, inputs) for name in names}
+    launch = _launch(raw if isinstance(raw, PlanInputs) else PlanInputs.from_mapping(raw))
+    return {name: program_spec(name, launch) for name in names}
 
 
-def program_spec(name: str, p: PlanInputs) -> dict[str, Any]:
+def program_spec(name: str, p: _Launch) -> dict[str, Any]:
     """One program: argv, environment, env file, log, health URL, supervisor settings and notes."""
     env_file = f"{p.env_dir}/{name}.env"
     spec = _router_spec(p, env_file) if name == ROUTER else _worker_spec(name, p, env_file)
     return {**spec, "name": name, "env_file": env_file, "log": f"{p.log_dir}/{name}.log"}
 
 
-def _router_spec(p: PlanInputs, env_file: str) -> dict[str, Any]:
+def _router_spec(p: _Launch, env_file: str) -> dict[str, Any]:
     prefills = [i for i in p.all_instances if i["role"] == "prefill"]
     decodes = [i for i in p.all_instances if i["role"] == "decode"]
     aggregated = [i for i in p.all_instances if i["role"] == "aggregated"]
@@ -124,7 +229,7 @@ def _router_spec(p: PlanInputs, env_file: str) -> dict[str, Any]:
     }
 
 
-def _worker_spec(name: str, p: PlanInputs, env_file: str) -> dict[str, Any]:
+def _worker_spec(name: str, p: _Launch, env_file: str) -> dict[str, Any]:
     inst = p.instances[name]
     role = inst["role"]
     binding = p.bindings[name]

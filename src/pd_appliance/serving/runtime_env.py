@@ -1,7 +1,7 @@
 """The SGLang workers' runtime environment: which variables the serving role must set, and checks on them.
 
 The values live in the serving role (defaults/main.yml serving_env_defaults_common and
-serving_env_defaults_workers, vars/main.yml __serving_runtime_env), each with a comment naming the
+serving_env_defaults_workers; vars/main.yml __serving_build_cache_dir), each with a comment naming the
 library code that reads it; roles/serving/README.md tables them. This module names the variables
 once for what checks them: the render tests (every worker carries each one, inside the program
 user's home), the serving role (an override that points a cache outside that home must be writable
