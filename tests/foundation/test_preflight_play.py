@@ -127,4 +127,7 @@ def test_rehearsal_inventory_passes_preflight(rehearsal_inventory_copy: Path) ->
     result = run_playbook("playbooks/preflight.yml", rehearsal_inventory_copy)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "preflight passed on localhost" in result.stdout
-    assert "STAND-IN (appliance_simulated_gpus" in result.stdout
+    # The GPU stand-in's PCI tree (preflight_sysfs_root) names itself, and its 8 GPUs are counted.
+    flat = " ".join(result.stdout.split())
+    assert "STAND-IN (PCI tree of the simulated GPUs (pd_standins.sysfs" in flat
+    assert "module parameters of this host) (8 NVIDIA GPUs in it)" in flat

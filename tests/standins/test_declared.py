@@ -195,5 +195,5 @@ def test_host_vars_may_only_link_the_labs_own(tmp_path: Path) -> None:
 
 def test_the_check_catches_an_undeclared_override(tmp_path: Path) -> None:
     """The rule is not vacuous: an overlay that tunes a lab knob is reported with its name and file."""
-    values = {"serving_health_interval_s": 1, "appliance_simulated_gpus": []}
+    values = {"serving_health_interval_s": 1, "preflight_sysfs_root": "/tmp/sys"}
     assert _undeclared(values) == ["serving_health_interval_s"]

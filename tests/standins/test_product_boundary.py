@@ -5,10 +5,6 @@ src/pd_appliance/, site.yml and ansible.cfg (CONTRIBUTING.md, "Stand-ins, not mo
 not mention simulated GPUs: a stand-in answers at the boundary (a pynvml-shaped module, sysfs
 fixtures, a declared variable) and names itself there. ansible.cfg, the product's configuration,
 names no path under standins/: a rehearsal adds its own through its environment.
-
-STILL_SIMULATED lists the product files that still branch on (or mention) simulated GPUs, issue 25
-item 5's work left; it may only shrink: a listed file that no longer mentions them fails too, so
-whoever converts one removes it here.
 """
 
 from __future__ import annotations
@@ -20,16 +16,8 @@ import subprocess
 from pd_testlib import ROOT
 
 PRODUCT = ("roles", "playbooks", "plugins", "src/pd_appliance", "site.yml", "ansible.cfg")
-# The word, also inside identifiers (appliance_simulated_gpus), not inside other words.
+# The word, also inside identifiers (an appliance_simulated_gpus), not inside other words.
 WORD = re.compile(r"(?<![a-z])simulated(?![a-z])", re.IGNORECASE)
-STILL_SIMULATED = frozenset(
-    {
-        "roles/appliance_defaults/defaults/main.yml",
-        "roles/appliance_defaults/meta/argument_specs.yml",
-        "roles/preflight/tasks/fabric.yml",
-        "roles/preflight/tasks/gpus.yml",
-    }
-)
 
 
 def product_files() -> list[str]:
@@ -49,17 +37,13 @@ def test_the_product_files_are_found() -> None:
     assert "site.yml" in files and "ansible.cfg" in files and "plugins/modules/pd_nvml_facts.py" in files
 
 
-def test_no_new_product_file_mentions_simulated_gpus() -> None:
-    new = sorted(mentioning(product_files()) - STILL_SIMULATED)
-    assert new == [], (
-        f"product files that mention simulated GPUs: {new}. The product reads GPUs through NVML only; "
-        "what a stand-in must say comes from the stand-in (standins/, CONTRIBUTING.md 'Stand-ins, not modes')"
+def test_no_product_file_mentions_simulated_gpus() -> None:
+    mention = sorted(mentioning(product_files()))
+    assert mention == [], (
+        f"product files that mention simulated GPUs: {mention}. The product reads GPUs through NVML "
+        "and the PCI bus (preflight_sysfs_root) only; what a stand-in must say comes from the stand-in "
+        "(standins/, CONTRIBUTING.md 'Stand-ins, not modes')"
     )
-
-
-def test_the_list_of_files_left_to_convert_only_shrinks() -> None:
-    done = sorted(STILL_SIMULATED - mentioning(product_files()))
-    assert done == [], f"no longer mention simulated GPUs (or are gone): remove from STILL_SIMULATED: {done}"
 
 
 def test_the_check_sees_a_mention_in_any_case_and_only_the_word() -> None:

@@ -6,7 +6,9 @@ groups, link speeds, module parameters), `lspci -vvv` (ACS and ASPM control, res
 /proc/cmdline and the modprobe configuration. The output is one JSON document, a *snapshot*; the
 checks in pd_appliance.fabric.checks read only snapshots, so a recorded one replays exactly.
 
-Usage: `python3 collect.py [--sysfs-root /sys] [--proc-root /proc]`.
+Usage: `python3 collect.py [--sysfs-root /sys] [--proc-root /proc] [--lspci PATH]`. A sysfs root
+other than the kernel's is a stand-in's tree (preflight_sysfs_root); one that holds a `STAND-IN`
+file names itself there, and the snapshot carries its words (`stand_in`) for preflight to print.
 """
 
 from __future__ import annotations
@@ -102,13 +104,19 @@ def collect_sysfs(root: Path) -> tuple[dict[str, str], dict[str, str]]:
     return files, links
 
 
-def run_lspci(addresses: list[str]) -> tuple[str | None, str | None]:
-    """`lspci -vvv -D -s ADDR` for each address, concatenated; (text, None) or (None, why not)."""
-    if not addresses:
-        return "", None
-    exe = shutil.which("lspci") or next(
+def find_lspci() -> str | None:
+    """pciutils' lspci on PATH or where distributions put it; None if not installed."""
+    return shutil.which("lspci") or next(
         (p for p in ("/usr/bin/lspci", "/sbin/lspci") if Path(p).exists()), None
     )
+
+
+def run_lspci(addresses: list[str], exe: str | None = None) -> tuple[str | None, str | None]:
+    """`lspci -vvv -D -s ADDR` for each address, concatenated; (text, None) or (None, why not).
+    `exe` is the lspci to run (preflight_lspci), else pciutils' own (find_lspci)."""
+    if not addresses:
+        return "", None
+    exe = exe or find_lspci()
     if exe is None:
         return None, "lspci is not installed (package pciutils)"
     chunks = []
@@ -163,6 +171,7 @@ def collect(
         "lspci_error": lspci_error,
         "modprobe": collect_modprobe(modprobe_dirs),
         "euid": os.geteuid(),
+        "stand_in": _read(sysfs_root / "STAND-IN"),
     }
 
 
@@ -170,8 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--sysfs-root", type=Path, default=Path("/sys"))
     parser.add_argument("--proc-root", type=Path, default=Path("/proc"))
+    parser.add_argument("--lspci", default="", help="the lspci to run (default: pciutils' own)")
     args = parser.parse_args(argv)
-    json.dump(collect(args.sysfs_root, args.proc_root), sys.stdout, indent=1, sort_keys=True)
+
+    def lspci(addresses: list[str]) -> tuple[str | None, str | None]:
+        return run_lspci(addresses, args.lspci or None)
+
+    snapshot = collect(args.sysfs_root, args.proc_root, lspci=lspci)
+    json.dump(snapshot, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 

@@ -1,5 +1,5 @@
-"""Stand-in filters (see standins/declared.yml): pd_simulated_gpu builds a simulated GPU's facts,
-pd_simulated_pci_snapshot the PCI fabric the simulated GPUs show the preflight fabric checks, and
+"""Stand-in filters (see standins/declared.yml): pd_standins_sysfs_root writes (once) the PCI tree of
+N simulated GPUs on the controller (the local rehearsal's host) and answers its sysfs root, and
 pd_standins_import_path where a stand-in module imports from on the controller (the rehearsal's host),
 for a product option that names a module and its path (appliance_nvml_module, appliance_nvml_path).
 
@@ -17,7 +17,7 @@ try:
 except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from pd_standins.gpus import simulated_gpu, simulated_pci_snapshot
+from pd_standins.sysfs import controller_tree
 
 
 def standins_import_path(module: str) -> str:
@@ -31,7 +31,6 @@ class FilterModule:
 
     def filters(self) -> dict[str, object]:
         return {
-            "pd_simulated_gpu": simulated_gpu,
-            "pd_simulated_pci_snapshot": simulated_pci_snapshot,
+            "pd_standins_sysfs_root": controller_tree,
             "pd_standins_import_path": standins_import_path,
         }
