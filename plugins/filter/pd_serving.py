@@ -13,7 +13,16 @@ except ImportError:  # pragma: no cover - depends on how ansible-playbook was in
 
 from ansible.errors import AnsibleFilterError
 
-from pd_appliance.serving import commands, pinning, plan, runtime_env, supervisor_format, topology, wait
+from pd_appliance.serving import (
+    commands,
+    discovery,
+    pinning,
+    plan,
+    runtime_env,
+    supervisor_format,
+    topology,
+    wait,
+)
 
 
 def _wrap(function: Any) -> Any:
@@ -84,6 +93,7 @@ class FilterModule:
             "pd_serving_release_caches": _wrap(runtime_env.release_caches),
             "pd_serving_wait_args": _wrap(wait.wait_arguments),
             "pd_serving_program_specs": _wrap(plan.program_specs),
+            "pd_serving_discovery_manifest": _wrap(discovery.manifest),
             "pd_serving_worker_base_urls": _wrap(plan.worker_base_urls),
             "pd_serving_health_urls": _wrap(plan.health_urls),
             "pd_serving_dial_targets": _wrap(plan.dial_targets),
