@@ -180,3 +180,34 @@ def test_a_pair_added_and_drained_through_the_file_loses_no_request_and_keeps_th
     assert smg.poll() is None
     print(f"add: {added['sent']} sent, {added['failed']} failed; drain: {drained['sent']} sent, "
           f"{drained['failed']} failed, change took {drained['fault_s']} s")  # fmt: skip
+
+
+def test_hosts_out_of_rotation_leave_the_file_and_status_says_where_each_worker_stands() -> None:
+    fleet_ = [
+        {**published("prefill", "http://10.0.0.5:30000", 8998), "host": "node1"},
+        {**published("decode", "http://10.0.0.5:30001"), "host": "node1"},
+        {**published("decode", "http://10.0.0.6:30001"), "host": "node2"},
+    ]
+    states = {"node1": {"release": {"current": "r1"}}, "node2": {"fleet": {"rotation": "out"}}, "node3": None}
+    out = discovery.out_of_rotation(states)
+    assert out == ["node2"]
+    assert [w["url"] for w in discovery.manifest(fleet_, out)["workers"]] == [
+        "http://10.0.0.5:30000", "http://10.0.0.5:30001"
+    ]  # fmt: skip
+    # Draining the last decode host is refused, naming the hosts out and the way back.
+    with pytest.raises(commands.CommandError, match=r"with node1, node2 out of rotation: .*state=in"):
+        discovery.manifest(fleet_, ["node1", "node2"])
+    registered = [
+        {"url": "http://10.0.0.5:30000", "worker_type": "prefill", "status": "ready", "load": 2},
+        {"url": "http://10.0.0.5:30001", "worker_type": "decode", "status": "ready", "load": 1},
+        {"url": "http://10.0.0.6:30001", "worker_type": "decode", "status": "draining", "load": 3},
+    ]
+    assert discovery.fleet_lines(registered, fleet_, states) == [
+        "prefill http://10.0.0.5:30000 on node1: in rotation, smg ready, load 2, release r1",
+        "decode http://10.0.0.5:30001 on node1: in rotation, smg ready, load 1, release r1",
+        "decode http://10.0.0.6:30001 on node2: draining, smg draining, load 3, no release recorded",
+    ]
+    assert discovery.fleet_lines(registered[:1], fleet_, states)[1:] == [
+        "http://10.0.0.5:30001 on node1: NOT REGISTERED by smg, release r1",
+        "http://10.0.0.6:30001 on node2: out of rotation (drained), no release recorded",
+    ]

@@ -31,13 +31,30 @@ MANIFEST_VERSION = 1
 KEY_ENV = "PD_ROUTER_API_KEY"
 
 
-def manifest(instances: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def manifest(instances: Sequence[Mapping[str, Any]], out: Sequence[str] = ()) -> dict[str, Any]:
     """The discovery file for every published instance of the deployment (pd_serving_topology's
-    form: role, url, bootstrap_port), checked as the router's command line was: one mode, at least
-    one prefill and one decode in PD mode, a bootstrap port on every prefill (commands.router_workers)."""
-    by_role = {role: [i for i in instances if i["role"] == role] for role in commands.WORKER_ROLES}
-    _, workers = commands.router_workers(by_role["prefill"], by_role["decode"], by_role["aggregated"])
+    form: role, url, bootstrap_port, host) but those of the hosts in `out` (out of rotation),
+    checked as the router's command line was: one mode, at least one prefill and one decode in PD
+    mode, a bootstrap port on every prefill (commands.router_workers)."""
+    left = [i for i in instances if i.get("host") not in set(out)]
+    by_role = {role: [i for i in left if i["role"] == role] for role in commands.WORKER_ROLES}
+    try:
+        _, workers = commands.router_workers(by_role["prefill"], by_role["decode"], by_role["aggregated"])
+    except commands.CommandError as exc:
+        if not out:
+            raise
+        raise commands.CommandError(
+            f"with {', '.join(out)} out of rotation: {exc}. Put a host back first "
+            "(playbooks/day2/drain.yml -e state=in) or add one"
+        ) from exc
     return {"version": MANIFEST_VERSION, "workers": workers}
+
+
+def out_of_rotation(states: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """The hosts whose host state (ansible_local.pd_appliance, by host) says `fleet.rotation: out`."""
+    return [
+        host for host, state in states.items() if ((state or {}).get("fleet") or {}).get("rotation") == "out"
+    ]
 
 
 def _key(worker: Mapping[str, Any]) -> tuple[str, str, int | None]:
@@ -121,21 +138,83 @@ def drain(
     return polled.waited_s + idle.waited_s
 
 
+def idle(urls: Sequence[str], timeout_s: float, interval_s: float = 0.2) -> float:
+    """Wait until the engines at `urls` run nothing (their sglang:num_running_reqs is 0): smg keeps
+    the streams it opened on a worker past its settle, so a dropped worker is not idle when smg
+    forgets it (docs/fleet.md). The seconds waited; FleetError naming the busy ones."""
+    polled = poll(
+        lambda: [fleet.engine_running(u) for u in urls], lambda seen: not any(seen), timeout_s, interval_s
+    )
+    if not polled.settled:
+        busy = [f"{u}: {n:g}" for u, n in zip(urls, polled.seen, strict=True) if n]
+        raise fleet.FleetError(f"engines still run requests after {timeout_s:g} s: {', '.join(busy)}")
+    return polled.waited_s
+
+
+def fleet_lines(
+    registered: Sequence[Mapping[str, Any]],
+    instances: Sequence[Mapping[str, Any]],
+    states: Mapping[str, Mapping[str, Any] | None],
+) -> list[str]:
+    """`pd-appliance status`'s view of the fleet, a line per worker: its host (by the published
+    instances' URLs), smg's status (ready, pending, draining) and load, the host's release (its host
+    state) and rotation; then each instance of the deployment smg does not list, and why."""
+    host_of = {str(i["url"]): str(i.get("host")) for i in instances}
+    out = set(out_of_rotation(states))
+
+    def release(host: str) -> str:
+        current = ((states.get(host) or {}).get("release") or {}).get("current")
+        return f"release {current}" if current else "no release recorded"
+
+    lines = []
+    for w in registered:
+        host = host_of.get(str(w["url"]), "?")
+        rotation = (
+            "draining" if w["status"] == "draining" else "out of rotation" if host in out else "in rotation"
+        )
+        state = f"smg {w['status']}, load {w['load']}"
+        lines.append(f"{w['worker_type']} {w['url']} on {host}: {rotation}, {state}, {release(host)}")
+    listed = {str(w["url"]) for w in registered}
+    for url, host in host_of.items():
+        if url not in listed:
+            why = "out of rotation (drained)" if host in out else "NOT REGISTERED by smg"
+            lines.append(f"{url} on {host}: {why}, {release(host)}")
+    return lines
+
+
+def _listing(workers: Sequence[fleet.Worker]) -> list[dict[str, Any]]:
+    return [{"url": w.url, "worker_type": w.worker_type, "status": w.status, "load": w.load} for w in workers]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m pd_appliance.serving.discovery --router URL --file F --timeout-s N`, the key in
-    $PD_ROUTER_API_KEY (never on a command line); prints one JSON line, exit 1 naming the difference."""
+    """`python -m pd_appliance.serving.discovery --router URL --file F [--drained URL ...]`, the key
+    in $PD_ROUTER_API_KEY (never on a command line): wait until smg's workers equal the file, then
+    until the engines at each --drained URL (workers just dropped from it) run nothing. `--list`
+    only lists smg's workers. Prints one JSON line (smg's workers included); exit 1 naming the
+    difference or the busy engine."""
     p = argparse.ArgumentParser(prog="pd_appliance.serving.discovery", description=__doc__.splitlines()[0])
     p.add_argument("--router", required=True, help="the router's base URL")
-    p.add_argument("--file", required=True, type=Path, help="the discovery file smg reads")
+    p.add_argument("--file", type=Path, help="the discovery file smg reads")
+    p.add_argument(
+        "--drained", action="append", default=[], metavar="URL", help="an engine dropped from the file"
+    )
+    p.add_argument("--list", action="store_true", help="list smg's workers, check nothing")
     p.add_argument("--timeout-s", type=float, default=60.0)
     args = p.parse_args(argv)
+    workers = fleet.SmgWorkers(args.router, os.environ.get(KEY_ENV, ""))
+    out: dict[str, Any] = {"ok": True}
     try:
-        listed = json.loads(args.file.read_text())
-        waited = check(fleet.SmgWorkers(args.router, os.environ.get(KEY_ENV, "")), listed, args.timeout_s)
+        if not args.list:
+            if args.file is None:
+                p.error("--file is required unless --list")
+            out["waited_s"] = round(check(workers, json.loads(args.file.read_text()), args.timeout_s), 2)
+            if args.drained:
+                out["idle_after_s"] = round(idle(args.drained, args.timeout_s), 2)
+        out["workers"] = _listing(workers.all())
     except (OSError, ValueError, fleet.FleetError) as exc:
         print(json.dumps({"ok": False, "error": str(exc)}))
         return 1
-    print(json.dumps({"ok": True, "workers": len(listed["workers"]), "waited_s": round(waited, 2)}))
+    print(json.dumps(out))
     return 0
 
 
