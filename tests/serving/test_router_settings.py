@@ -144,7 +144,8 @@ def test_real_smg_takes_the_default_argv() -> None:
     defaults = yaml.safe_load((ROOT / "roles/serving/defaults/main.yml").read_text())
     names = ["worker_outage_grace_s", "retry_initial_backoff_ms", "retry_max_backoff_ms",
              "retry_backoff_multiplier", "retry_jitter_factor", "health_success_threshold", "circuit_breaker",
-             "remove_unhealthy_workers", "pd_admission_wait_secs", "health_check_timeout_secs"]  # fmt: skip
+             "remove_unhealthy_workers", "pd_admission_wait_secs", "health_check_timeout_secs",
+             "worker_startup_check_interval_secs"]  # fmt: skip
     settings = {**BASE, **{name: defaults[f"serving_router_{name}"] for name in names}}
     settings["outage_grace_s"] = settings.pop("worker_outage_grace_s")
     settings["port"] = reserve_ports(1)[0]

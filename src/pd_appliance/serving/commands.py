@@ -252,6 +252,7 @@ def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str
     _flag(argv, "--queue-size", s.get("queue_size"))
     _flag(argv, "--queue-timeout-secs", s.get("queue_timeout_secs"))
     _flag(argv, "--worker-startup-timeout-secs", s.get("worker_startup_timeout_secs"))
+    _flag(argv, "--worker-startup-check-interval", s.get("worker_startup_check_interval_secs"))
     _flag(argv, "--request-timeout-secs", s.get("request_timeout_secs"))
     _flag(argv, "--shutdown-grace-period-secs", s.get("shutdown_grace_period_secs"))
     _flag(argv, "--log-level", s.get("log_level"))
