@@ -158,3 +158,16 @@ def test_preflight_passes_the_layouts(layout: Layout) -> None:
     result = layout.play("playbooks/preflight.yml", layout.two_p_two_d())
     assert result.returncode == 0, result.stdout[-4000:]
     assert "preflight passed on localhost" in result.stdout
+
+
+def test_a_drain_that_would_leave_no_decode_is_refused_before_anything_changes(layout: Layout) -> None:
+    """playbooks/day2/drain.yml on the deployment's only PD host: refused, naming the way back, and
+    its host state does not say out of rotation (a later serve would otherwise fail on it)."""
+    pids = layout.pids()
+    result = layout.deployment.play("playbooks/day2/drain.yml", "-e", "host=localhost")
+    assert result.returncode != 0
+    flat = " ".join(result.stdout.split())
+    assert "with localhost out of rotation" in flat and "state=in" in flat, flat[-3000:]
+    fact = layout.deployment.root / "etc/ansible/facts.d/pd_appliance.fact"
+    assert "fleet" not in json.loads(fact.read_text())
+    assert layout.pids() == pids
