@@ -128,14 +128,7 @@ def drain(
         raise fleet.FleetError(
             f"still registered {timeout_s:g} s after leaving the discovery file: {', '.join(left)}"
         )
-    idle = poll(lambda: [fleet.engine_running(u) for u in urls], lambda seen: not any(seen),
-                max(timeout_s - polled.waited_s, 0.0), interval_s)  # fmt: skip
-    if not idle.settled:
-        busy = [f"{u}: {n:g}" for u, n in zip(urls, idle.seen, strict=True) if n]
-        raise fleet.FleetError(
-            f"engines still run requests {timeout_s:g} s after the drain began ({', '.join(busy)})"
-        )
-    return polled.waited_s + idle.waited_s
+    return polled.waited_s + idle(urls, max(timeout_s - polled.waited_s, 0.0), interval_s)
 
 
 def idle(urls: Sequence[str], timeout_s: float, interval_s: float = 0.2) -> float:
