@@ -67,6 +67,7 @@ SHARED_GROUPS = {
 LONGEST_FIRST = (
     XDIST_GROUP,
     "tests/releases/test_release_rehearsal.py",
+    "tests/serving/test_fleet_rehearsal.py",
     "tests/validation/test_ab_rehearsal.py",
     "tests/serving/test_topology_rehearsal.py",
     "tests/serving/test_aggregated_rehearsal.py",

@@ -13,7 +13,16 @@ except ImportError:  # pragma: no cover - depends on how ansible-playbook was in
 
 from ansible.errors import AnsibleFilterError
 
-from pd_appliance.serving import commands, pinning, plan, runtime_env, supervisor_format, topology, wait
+from pd_appliance.serving import (
+    commands,
+    discovery,
+    pinning,
+    plan,
+    runtime_env,
+    supervisor_format,
+    topology,
+    wait,
+)
 
 
 def _wrap(function: Any) -> Any:
@@ -62,6 +71,28 @@ def _topology_of(hosts: list[str], hostvars: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _host_states(hosts: list[str], hostvars: Any) -> dict[str, Any]:
+    """Each host's state (ansible_local.pd_appliance, gathered by the facts play), None if unknown."""
+    states = {}
+    for host in dict.fromkeys(hosts):
+        try:
+            states[host] = (hostvars[host].get("ansible_local") or {}).get("pd_appliance")
+        except KeyError:
+            states[host] = None
+    return states
+
+
+def _out_of_rotation(hosts: list[str], hostvars: Any) -> list[str]:
+    """Which of `hosts` their own host state takes out of rotation (playbooks/day2/drain.yml)."""
+    return discovery.out_of_rotation(_host_states(hosts, hostvars))
+
+
+def _fleet_lines(registered: list[dict[str, Any]], instances: list[dict[str, Any]], hosts: list[str],
+                 hostvars: Any) -> list[str]:  # fmt: skip
+    """A status line per worker of the fleet (pd_appliance.serving.discovery.fleet_lines)."""
+    return discovery.fleet_lines(registered, instances, _host_states(hosts, hostvars))
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -84,6 +115,9 @@ class FilterModule:
             "pd_serving_release_caches": _wrap(runtime_env.release_caches),
             "pd_serving_wait_args": _wrap(wait.wait_arguments),
             "pd_serving_program_specs": _wrap(plan.program_specs),
+            "pd_serving_discovery_manifest": _wrap(discovery.manifest),
+            "pd_serving_out_of_rotation": _wrap(_out_of_rotation),
+            "pd_serving_fleet_lines": _wrap(_fleet_lines),
             "pd_serving_worker_base_urls": _wrap(plan.worker_base_urls),
             "pd_serving_health_urls": _wrap(plan.health_urls),
             "pd_serving_dial_targets": _wrap(plan.dial_targets),

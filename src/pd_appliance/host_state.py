@@ -8,6 +8,9 @@ returns as `ansible_local.pd_appliance`, as DebOps keeps its host state:
     release      the release in force and the newest accepted one (pd_appliance.release)
     variant      the tuning variant the tuner adopted here (pd_appliance.bench.variants)
     checkpoint   the commit each branch or tag of checkpoint_revision resolved to here
+    fleet        whether the router sends this host requests: {"rotation": "out"} after
+                 playbooks/day2/drain.yml took it out (pd_appliance.serving.discovery), "in" again after
+                 `-e state=in`; absent means in rotation
 
 The records behind the pointers (release records and history, the adopted variant's report)
 stay where their owners keep them. One module writes the fact (pd_host_state): each writer
@@ -29,7 +32,7 @@ from pd_appliance.files import write_atomic
 FACTS_DIR = "etc/ansible/facts.d"
 FACT_NAME = "pd_appliance"
 # The keys the appliance writes; a writer passing another one is a bug in the role, refused.
-KEYS = ("release", "variant", "checkpoint")
+KEYS = ("release", "variant", "checkpoint", "fleet")
 
 
 class HostStateError(Exception):
@@ -132,4 +135,6 @@ def describe(state: Mapping[str, Any]) -> str:
         )
     else:
         parts.append("no checkpoint recorded")
+    if (state.get("fleet") or {}).get("rotation") == "out":
+        parts.append("OUT OF ROTATION (playbooks/day2/drain.yml -e state=in puts it back)")
     return "; ".join(parts)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import time
 import urllib.request
 from typing import Any
@@ -117,14 +118,16 @@ def test_a_supervisord_restart_brings_the_programs_back_in_order(
     # started once since the reboot.
     assert sorted(programs) == ["decode", "prefill", "router"]
     assert all(p["statename"] in ("STARTING", "RUNNING") for p in programs.values()), programs
-    # In order: supervisord spawns the workers (priority 100) before the router (200), and the
-    # router's launcher runs smg only once every worker answers its health URL.
+    # In order: supervisord spawns the workers (priority 100) before the router (200); smg, started at
+    # once, reads both workers from its discovery file again and takes each once it answers.
     log = (deployment.root / "var/log/pd-appliance/supervisor/supervisord.log").read_text().splitlines()
     spawned = [line.split("spawned: '")[1].split("'")[0] for line in log if "spawned: '" in line][-3:]
     assert spawned[-1] == "router" and sorted(spawned[:2]) == ["decode", "prefill"], spawned
-    router_log = (deployment.root / "var/log/pd-appliance/router.log").read_text()
-    after_restart = router_log[router_log.rindex("pd-launch: waiting for") :]
-    assert "smg" in after_restart.split("pd-launch: waiting for", 1)[1], "smg did not start after the wait"
+    router_log = re.sub(
+        r"\x1b\[[0-9;]*m", "", (deployment.root / "var/log/pd-appliance/router.log").read_text()
+    )
+    after_restart = router_log[router_log.rindex("Starting file service discovery") :]
+    assert re.search(r"Discovery manifest \S+router-workers.json lists 2 worker\(s\)", after_restart)
     assert min(p["start"] for p in programs.values()) >= int(stopped_at[0])
     # smg, stopped first, finishes what it accepted while the workers still serve; requests sent
     # while it is down fail at connect, and are answered again once it is back.

@@ -29,6 +29,8 @@ pytestmark = pytest.mark.slow
 
 REQUESTS = 12
 CONF_D = "etc/pd-appliance/supervisor/conf.d"
+# smg's discovery file (serving_router_discovery_file): the router's workers, written by the play.
+WORKERS_FILE = "var/lib/pd-appliance/serving/router-workers.json"
 
 
 class Aggregated(Layouts):
@@ -112,7 +114,11 @@ def test_two_aggregated_engines_serve_a_streamed_request_through_smg_regular_mod
     smg = aggregated.command("router")
     smg = smg[smg.index("--") + 1 :]
     urls = [f"http://127.0.0.1:{inst['port']}" for inst in aggregated.layout()]
-    assert smg[2 : 2 + 1 + len(urls)] == ["--worker-urls", *urls], smg
+    workers_file = aggregated.deployment.root / WORKERS_FILE
+    assert smg[2:6] == ["--discovery-provider", "file", "--discovery-file", str(workers_file)], smg
+    assert json.loads(workers_file.read_text())["workers"] == [
+        {"url": url, "worker_type": "regular"} for url in urls
+    ]
     assert "--pd-disaggregation" not in smg and smg[smg.index("--policy") + 1] == "cache_aware"
     assert "--pd-admission-wait-secs" not in smg
 
@@ -193,8 +199,13 @@ def test_a_variant_switches_between_aggregated_and_pd_and_the_router_follows(agg
         conf_d.parent.parent.glob("serving/aggregated*")
     )
     smg = aggregated.command("router")
-    assert "--pd-disaggregation" in smg and "--worker-urls" not in smg
+    assert "--pd-disaggregation" in smg and "--discovery-provider" in smg
     assert smg[smg.index("--policy") + 1] == "round_robin"  # serving_router_policy, PD mode's
+    workers_file = aggregated.deployment.root / WORKERS_FILE
+    assert [w["worker_type"] for w in json.loads(workers_file.read_text())["workers"]] == [
+        "prefill",
+        "decode",
+    ]
     status, events = stream(aggregated.deployment.router)
     assert status == 200 and events
 
@@ -203,7 +214,8 @@ def test_a_variant_switches_between_aggregated_and_pd_and_the_router_follows(agg
     assert result.returncode == 0, result.stdout[-5000:]
     assert set(aggregated.pids()) == {"aggregated-0", "aggregated-1", "router"}
     assert not (conf_d / "prefill.conf").exists() and not (conf_d / "decode.conf").exists()
-    assert "--worker-urls" in aggregated.command("router")
+    assert "--pd-disaggregation" not in aggregated.command("router")
+    assert {w["worker_type"] for w in json.loads(workers_file.read_text())["workers"]} == {"regular"}
     status, events = stream(aggregated.deployment.router)
     assert status == 200 and events
     again = aggregated.play("playbooks/serve.yml", serving_variant=back)

@@ -13,7 +13,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "day2"
-ENTRY_POINTS = ["status", "restart", "stop", "diagnostics", "profile"]
+ENTRY_POINTS = ["status", "restart", "stop", "diagnostics", "profile", "drain"]
 
 
 def _specs() -> dict[str, dict]:

@@ -189,20 +189,28 @@ def test_a_cache_moved_where_the_user_cannot_write_is_refused(tmp_path: Path, re
     assert not (root / "etc/pd-appliance/supervisor/conf.d/decode.conf").exists()
 
 
-def test_lab_router_waits_for_workers_and_keeps_the_key_out(lab: Path) -> None:
+def workers_file(root: Path) -> list[dict]:
+    """The workers of smg's discovery file (a render writes it with the programs)."""
+    path = root / "var/lib/pd-appliance/serving/router-workers.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    return json.loads(path.read_text())["workers"]
+
+
+def test_lab_router_reads_its_workers_from_a_file_and_keeps_the_key_out(lab: Path) -> None:
     r = _program(lab / "etc/pd-appliance/supervisor/conf.d/router.conf", "router")
     argv = r["argv"]
     assert argv[:4] == [f"{lab}/opt/pd-appliance/tools/bin/python", "-m", "pd_appliance.serving.launch",
                         f"--env-file={lab}/etc/pd-appliance/serving/router.env"]  # fmt: skip
     assert "--secret-arg=--api-key=SERVING_ROUTER_API_KEY" in argv
-    assert (
-        "--wait-for=http://192.0.2.10:30000/health" in argv
-        and "--wait-for=http://192.0.2.10:30001/health" in argv
-    )
+    assert not [a for a in argv if "192.0.2.10:3000" in a]  # no worker on the router's command line
     smg = argv[argv.index("--") + 1 :]
-    assert smg[:9] == [f"{lab}/opt/pd-appliance/router/bin/smg", "launch", "--pd-disaggregation",
-                       "--prefill", "http://192.0.2.10:30000", "8998", "--decode", "http://192.0.2.10:30001",
-                       "--host"]  # fmt: skip
+    assert smg[:8] == [f"{lab}/opt/pd-appliance/router/bin/smg", "launch", "--pd-disaggregation",
+                       "--discovery-provider", "file", "--discovery-file",
+                       f"{lab}/var/lib/pd-appliance/serving/router-workers.json", "--host"]  # fmt: skip
+    assert workers_file(lab) == [
+        {"url": "http://192.0.2.10:30000", "worker_type": "prefill", "bootstrap_port": 8998},
+        {"url": "http://192.0.2.10:30001", "worker_type": "decode"},
+    ]
     assert smg[smg.index("--port") + 1] == "8000" and smg[smg.index("--prometheus-port") + 1] == "29000"
     assert "--api-key" not in smg
     assert int(r["stopwaitsecs"]) > 30 and r["priority"] == "200"
@@ -272,13 +280,14 @@ def test_two_host_variant_routes_over_both_decode_instances(two_hosts: Path) -> 
     group.read_string((two_hosts / "d" / conf_d / "00-group-pd.conf").read_text())
     assert group.get("group:pd", "programs") == "decode-0,decode-1"
     router = _program(two_hosts / "p" / conf_d / "router.conf", "router")["argv"]
-    assert [a for a in router if a.startswith("--wait-for=")] == [
-        "--wait-for=http://192.0.2.11:30000/health", "--wait-for=http://192.0.2.12:30001/health",
-        "--wait-for=http://192.0.2.12:30002/health"]  # fmt: skip
     smg = router[router.index("--") + 1 :]
-    assert smg[2:10] == ["--pd-disaggregation", "--prefill", "http://192.0.2.11:30000", "8998",
-                         "--decode", "http://192.0.2.12:30001",
-                         "--decode", "http://192.0.2.12:30002"]  # fmt: skip
+    assert smg[2:5] == ["--pd-disaggregation", "--discovery-provider", "file"]
+    assert workers_file(two_hosts / "p") == [
+        {"url": "http://192.0.2.11:30000", "worker_type": "prefill", "bootstrap_port": 8998},
+        {"url": "http://192.0.2.12:30001", "worker_type": "decode"},
+        {"url": "http://192.0.2.12:30002", "worker_type": "decode"},
+    ]
+    assert not (two_hosts / "d" / "var/lib/pd-appliance/serving/router-workers.json").exists()
     for name, gpus, port, node in (
         ("decode-0", "0,1,2,3", "30001", "0"),
         ("decode-1", "4,5,6,7", "30002", "1"),
@@ -352,12 +361,10 @@ def test_one_prefill_three_decode_instances_on_one_host(layouts: Path) -> None:
     assert decode_1["env"]["PD_INSTANCE_HOOK"] == "decode-1 only"
     assert decode_1["argv"][-4:] == ["--watchdog-timeout", "600", "--max-running-requests", "24"]
     assert "PD_INSTANCE_HOOK" not in _program(conf_d / "decode-0.conf", "decode-0")["env"]
-    router = _program(conf_d / "router.conf", "router")["argv"]
-    smg = router[router.index("--") + 1 :]
-    assert smg[2:12] == ["--pd-disaggregation", "--prefill", "http://192.0.2.10:30000", "8998",
-                         "--decode", "http://192.0.2.10:30001", "--decode", "http://192.0.2.10:30002",
-                         "--decode", "http://192.0.2.10:30003"]  # fmt: skip
-    assert len([a for a in router if a.startswith("--wait-for=")]) == 4
+    assert [(w["worker_type"], w["url"]) for w in workers_file(layouts)] == [
+        ("prefill", "http://192.0.2.10:30000"), ("decode", "http://192.0.2.10:30001"),
+        ("decode", "http://192.0.2.10:30002"), ("decode", "http://192.0.2.10:30003"),
+    ]  # fmt: skip
 
 
 def test_a_layout_change_drops_the_programs_it_no_longer_has(layouts: Path) -> None:
@@ -373,11 +380,9 @@ def test_a_layout_change_drops_the_programs_it_no_longer_has(layouts: Path) -> N
     ]
     assert sorted(p.name for p in (layouts / "etc/pd-appliance/serving").glob("*.env")) == [
         "decode-0.env", "decode-1.env", "prefill-0.env", "prefill-1.env", "router.env"]  # fmt: skip
-    router = _program(conf_d / "router.conf", "router")["argv"]
-    smg = router[router.index("--") + 1 :]
-    assert smg[2:13] == ["--pd-disaggregation", "--prefill", "http://192.0.2.10:30000", "8998",
-                         "--prefill", "http://192.0.2.10:30002", "8999",
-                         "--decode", "http://192.0.2.10:30001",
-                         "--decode", "http://192.0.2.10:30003"]  # fmt: skip
+    assert [(w["worker_type"], w["url"], w.get("bootstrap_port")) for w in workers_file(layouts)] == [
+        ("prefill", "http://192.0.2.10:30000", 8998), ("prefill", "http://192.0.2.10:30002", 8999),
+        ("decode", "http://192.0.2.10:30001", None), ("decode", "http://192.0.2.10:30003", None),
+    ]  # fmt: skip
     prefill_1 = _program(conf_d / "prefill-1.conf", "prefill-1")["argv"]
     assert prefill_1[prefill_1.index("--disaggregation-bootstrap-port") + 1] == "8999"

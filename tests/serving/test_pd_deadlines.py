@@ -64,7 +64,7 @@ def test_the_shipped_admission_wait_is_well_under_the_bootstrap_deadline() -> No
         ["smg", "launch"],
         {"prefill": [{"url": "http://10.0.0.1:30000", "bootstrap_port": 8998}],
          "decode": [{"url": "http://10.0.0.2:30001"}], "host": "127.0.0.1", "port": 8000,
-         "pd_admission_wait_secs": wait},
+         "pd_admission_wait_secs": wait, "discovery_file": "/srv/pd/router-workers.json"},
     )  # fmt: skip
     assert argv[argv.index("--pd-admission-wait-secs") + 1] == "30"
 

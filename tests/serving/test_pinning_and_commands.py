@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pd_appliance.serving.commands import CommandError, router_argv, sglang_argv, worker_url
+from pd_appliance.serving.commands import CommandError, router_argv, router_workers, sglang_argv, worker_url
 from pd_appliance.serving.pinning import PinningError, gpu_binding, gpu_bindings, parse_node_list
 from pd_standins.gpus import STAND_IN, simulated_gpu
 
@@ -119,30 +119,42 @@ def test_speculative_settings_deepseek_v4_rejects(spec, match) -> None:
         sglang_argv(["python"], "prefill", dict(SETTINGS, speculative=spec))
 
 
-def test_router_routes_over_every_prefill_and_decode_instance() -> None:
+def test_router_reads_every_prefill_and_decode_instance_from_its_discovery_file() -> None:
     settings = {
         "prefill": [{"url": "http://10.0.0.1:30000", "bootstrap_port": 8998},
                     {"url": "http://10.0.0.1:30002", "bootstrap_port": 8999}],
         "decode": [{"url": f"http://10.0.0.2:{port}"} for port in (30001, 30003, 30005)],
-        "host": "127.0.0.1", "port": 8000, "extra_args": [],
+        "host": "127.0.0.1", "port": 8000, "extra_args": [], "discovery_file": "/srv/pd/router-workers.json",
     }  # fmt: skip
-    assert router_argv(["smg", "launch"], settings)[:15] == [
-        "smg", "launch", "--pd-disaggregation",
-        "--prefill", "http://10.0.0.1:30000", "8998", "--prefill", "http://10.0.0.1:30002", "8999",
-        "--decode", "http://10.0.0.2:30001", "--decode", "http://10.0.0.2:30003", "--decode", "http://10.0.0.2:30005",
+    argv = router_argv(["smg", "launch"], settings)
+    assert argv[:7] == [
+        "smg", "launch", "--pd-disaggregation", "--discovery-provider", "file",
+        "--discovery-file", "/srv/pd/router-workers.json",
     ]  # fmt: skip
+    # No worker on the command line: a fleet change does not change it (the file does).
+    assert not [w for w in argv if w.startswith("http://")]
+    fewer = dict(settings, decode=settings["decode"][:1], prefill=settings["prefill"][:1])
+    assert router_argv(["smg", "launch"], fewer) == argv
+    assert router_workers(settings["prefill"], settings["decode"], []) == ("pd", [
+        {"url": "http://10.0.0.1:30000", "worker_type": "prefill", "bootstrap_port": 8998},
+        {"url": "http://10.0.0.1:30002", "worker_type": "prefill", "bootstrap_port": 8999},
+        {"url": "http://10.0.0.2:30001", "worker_type": "decode"},
+        {"url": "http://10.0.0.2:30003", "worker_type": "decode"},
+        {"url": "http://10.0.0.2:30005", "worker_type": "decode"},
+    ])  # fmt: skip
 
 
-def test_router_command_always_gives_the_bootstrap_port() -> None:
+def test_router_workers_always_give_the_bootstrap_port() -> None:
     settings = {
         "prefill": [{"url": "http://10.0.0.1:30000", "bootstrap_port": 8998}],
         "decode": [{"url": "http://10.0.0.2:30001"}],
         "host": "127.0.0.1", "port": 8000, "policy": "round_robin", "prometheus_host": "127.0.0.1",
         "prometheus_port": 29000, "health_check_interval_secs": 10, "extra_args": [],
+        "discovery_file": "/srv/pd/router-workers.json",
     }  # fmt: skip
     assert router_argv(["smg", "launch"], settings) == [
-        "smg", "launch", "--pd-disaggregation", "--prefill", "http://10.0.0.1:30000", "8998",
-        "--decode", "http://10.0.0.2:30001", "--host", "127.0.0.1", "--port", "8000",
+        "smg", "launch", "--pd-disaggregation", "--discovery-provider", "file",
+        "--discovery-file", "/srv/pd/router-workers.json", "--host", "127.0.0.1", "--port", "8000",
         "--policy", "round_robin",
         "--prometheus-host", "127.0.0.1", "--prometheus-port", "29000", "--health-check-interval-secs", "10",
     ]  # fmt: skip
@@ -150,6 +162,8 @@ def test_router_command_always_gives_the_bootstrap_port() -> None:
         router_argv(["smg"], dict(settings, prefill=[{"url": "http://x:1", "bootstrap_port": None}]))
     with pytest.raises(CommandError, match="inventory groups"):
         router_argv(["smg"], dict(settings, decode=[]))
+    with pytest.raises(CommandError, match="serving_router_discovery_file"):
+        router_argv(["smg"], dict(settings, discovery_file=""))
 
 
 def test_worker_url_brackets_ipv6() -> None:
@@ -177,15 +191,19 @@ def test_aggregated_command_has_no_disaggregation_flag_and_both_phases_graphs() 
 AGGREGATED_ROUTER = {
     "aggregated": [{"url": "http://10.0.0.1:30000"}, {"url": "http://10.0.0.1:30001"}],
     "host": "127.0.0.1", "port": 8000, "policy": "round_robin", "aggregated_policy": "cache_aware",
-    "pd_admission_wait_secs": 30, "extra_args": [],
+    "pd_admission_wait_secs": 30, "extra_args": [], "discovery_file": "/srv/pd/router-workers.json",
 }  # fmt: skip
 
 
 def test_router_over_aggregated_instances_is_smgs_regular_mode_with_its_own_policy() -> None:
     assert router_argv(["smg", "launch"], AGGREGATED_ROUTER) == [
-        "smg", "launch", "--worker-urls", "http://10.0.0.1:30000", "http://10.0.0.1:30001",
+        "smg", "launch", "--discovery-provider", "file", "--discovery-file", "/srv/pd/router-workers.json",
         "--host", "127.0.0.1", "--port", "8000", "--policy", "cache_aware",
     ]  # fmt: skip
+    assert router_workers([], [], AGGREGATED_ROUTER["aggregated"]) == ("aggregated", [
+        {"url": "http://10.0.0.1:30000", "worker_type": "regular"},
+        {"url": "http://10.0.0.1:30001", "worker_type": "regular"},
+    ])  # fmt: skip
     mixed = dict(AGGREGATED_ROUTER, decode=[{"url": "http://10.0.0.2:30001"}])
     with pytest.raises(CommandError, match="one mode: serving_instances mixes aggregated instances"):
         router_argv(["smg"], mixed)

@@ -59,7 +59,7 @@ SETTINGS_VARS: dict[str, Any] = {
     "serving_router_host": "127.0.0.1", "serving_router_port": 8000, "serving_router_policy": "round_robin",
     "serving_router_aggregated_policy": "round_robin", "serving_router_metrics_port": None,
     "serving_router_worker_outage_grace_s": None, "serving_log_level": None,
-    "serving_worker_health_path": "/health", "serving_router_wait_for_workers_timeout_s": 1800,
+    "serving_worker_health_path": "/health", "serving_router_discovery_file": "/srv/pd/router-workers.json",
 }  # fmt: skip
 
 
@@ -125,25 +125,22 @@ def test_a_worker_takes_the_router_key_only_when_workers_require_it() -> None:
     assert secret not in open_ and keyed.index(secret) < keyed.index("--")
 
 
-def test_the_router_waits_for_every_worker_of_the_deployment_and_reads_its_key_from_the_env_file() -> None:
+def test_the_router_reads_its_workers_from_the_discovery_file_and_its_key_from_the_env_file() -> None:
     second = instance("decode-1", "decode", [4, 5], 30002, url="http://10.0.0.6:30002", host="node2")
     router = program_specs(["router"], inputs([*LAB, second]))["router"]
     argv = router["argv"]
     assert argv[len(LAUNCHER) : argv.index("--")] == [
         "--env-file=/etc/pd/env/router.env", "--secret-arg=--api-key=SERVING_ROUTER_API_KEY",
-        "--wait-for=http://10.0.0.5:30000/health", "--wait-for=http://10.0.0.5:30001/health",
-        "--wait-for=http://10.0.0.6:30002/health", "--wait-timeout-s=1800",
     ]  # fmt: skip
-    assert argv[argv.index("--") + 1 : argv.index("--") + 4] == [
-        "/opt/router/bin/smg",
-        "launch",
-        "--pd-disaggregation",
-    ]
+    assert argv[argv.index("--") + 1 : argv.index("--") + 7] == [
+        "/opt/router/bin/smg", "launch", "--pd-disaggregation",
+        "--discovery-provider", "file", "--discovery-file",
+    ]  # fmt: skip
     assert router["environment"] == {"A": "common", "B": "host", "R": "router"}
-    assert router["notes"][0] == (
-        "smg PD router: prefill http://10.0.0.5:30000, decode http://10.0.0.5:30001 http://10.0.0.6:30002"
-    )
+    assert router["notes"][0].startswith("smg PD router over the workers of /srv/pd/router-workers.json")
     assert "gpus" not in router and router["priority"] == 200
+    # A fleet change (a host more or less) leaves the router's program as it is: no restart.
+    assert program_specs(["router"], inputs(LAB))["router"] == router
 
 
 def test_a_bad_setting_is_the_commands_refusal() -> None:
@@ -206,14 +203,11 @@ def test_aggregated_instances_are_one_engine_each_and_the_router_runs_in_regular
     )
     router = specs["router"]["argv"]
     smg = router[router.index("--") + 1 :]
-    assert smg[:5] == ["/opt/router/bin/smg", "launch", "--worker-urls", "http://10.0.0.5:30000",
-                       "http://10.0.0.5:30001"]  # fmt: skip
+    assert smg[:6] == ["/opt/router/bin/smg", "launch", "--discovery-provider", "file", "--discovery-file",
+                       "/srv/pd/router-workers.json"]  # fmt: skip
     assert "--pd-disaggregation" not in smg and smg[smg.index("--policy") + 1] == "cache_aware"
-    assert [w for w in router if w.startswith("--wait-for=")] == [
-        "--wait-for=http://10.0.0.5:30000/health", "--wait-for=http://10.0.0.5:30001/health"
-    ]  # fmt: skip
-    assert specs["router"]["notes"][0] == (
-        "smg regular mode (cache_aware): aggregated http://10.0.0.5:30000 http://10.0.0.5:30001"
+    assert specs["router"]["notes"][0].startswith(
+        "smg regular mode (cache_aware) over the workers of /srv/pd/router-workers.json"
     )
 
 

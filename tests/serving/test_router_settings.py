@@ -31,6 +31,7 @@ BASE = {
     "prefill": [{"url": "http://10.0.0.1:30000", "bootstrap_port": 8998}],
     "decode": [{"url": "http://10.0.0.2:30001"}],
     "host": "127.0.0.1", "port": 8000, "health_check_interval_secs": 10,
+    "discovery_file": "/srv/pd/router-workers.json",
 }  # fmt: skip
 FAULTS = {
     "outage_grace_s": 300, "retry_initial_backoff_ms": 100, "retry_max_backoff_ms": 2000,
@@ -143,7 +144,8 @@ def test_real_smg_takes_the_default_argv() -> None:
     defaults = yaml.safe_load((ROOT / "roles/serving/defaults/main.yml").read_text())
     names = ["worker_outage_grace_s", "retry_initial_backoff_ms", "retry_max_backoff_ms",
              "retry_backoff_multiplier", "retry_jitter_factor", "health_success_threshold", "circuit_breaker",
-             "remove_unhealthy_workers", "pd_admission_wait_secs", "health_check_timeout_secs"]  # fmt: skip
+             "remove_unhealthy_workers", "pd_admission_wait_secs", "health_check_timeout_secs",
+             "worker_startup_check_interval_secs"]  # fmt: skip
     settings = {**BASE, **{name: defaults[f"serving_router_{name}"] for name in names}}
     settings["outage_grace_s"] = settings.pop("worker_outage_grace_s")
     settings["port"] = reserve_ports(1)[0]
@@ -159,8 +161,8 @@ def test_real_smg_takes_the_default_argv() -> None:
 
 
 def test_real_smg_takes_the_regular_mode_argv_over_aggregated_instances() -> None:
-    """smg 1.13's own parser (smg.launch_router.parse_router_args) reads the aggregated form: the
-    worker URLs, regular mode (no PD flag) and every policy the serving role's spec allows."""
+    """smg 1.13's own parser (smg.launch_router.parse_router_args) reads the aggregated form: file
+    discovery of the workers, regular mode (no PD flag) and every policy the serving role's spec allows."""
     from smg.launch_router import parse_router_args
 
     spec = yaml.safe_load((ROOT / "roles/serving/meta/argument_specs.yml").read_text())
@@ -172,5 +174,6 @@ def test_real_smg_takes_the_regular_mode_argv_over_aggregated_instances() -> Non
         settings = {**BASE, **FAULTS, "prefill": [], "decode": [], "aggregated": workers}
         argv = router_argv(["smg", "launch"], {**settings, "aggregated_policy": policy})
         parsed = parse_router_args(argv[2:])
-        assert parsed.worker_urls == [w["url"] for w in workers]
+        assert parsed.worker_urls == [] and parsed.selected_discovery_provider() == "file"
+        assert parsed.discovery_file == "/srv/pd/router-workers.json"
         assert not parsed.pd_disaggregation and parsed.policy == policy

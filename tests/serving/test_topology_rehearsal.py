@@ -128,10 +128,20 @@ def test_relayout_to_two_prefills_two_decodes_spreads_over_all_four(layout: Layo
     """The new layout comes as a tuning variant (a topology is one of the things a variant may change):
     the serving role re-publishes the host's instances, so smg routes over the variant's four."""
     variant = {"name": "2p-tp2-2d-tp2", "vars": {"serving_instances": layout.two_p_two_d()}}
+    router_before = layout.pids()["router"]
     result = layout.play("playbooks/serve.yml", None, serving_variant=variant)
     assert result.returncode == 0, result.stdout[-5000:]
     names = ["prefill-0", "prefill-1", "decode-0", "decode-1"]
     assert set(layout.pids()) == {*names, "router"}, layout.deployment.ctl("status").stdout
+    # The fleet changed (a prefill added, a decode gone): smg's discovery file was rewritten and the
+    # router kept running (its command line names only the file).
+    assert layout.pids()["router"] == router_before
+    listed = json.loads(
+        (layout.deployment.root / "var/lib/pd-appliance/serving/router-workers.json").read_text()
+    )
+    assert sorted(w["url"] for w in listed["workers"]) == sorted(
+        f"http://127.0.0.1:{inst['port']}" for inst in layout.two_p_two_d()
+    )
     conf_d = layout.deployment.root / "etc/pd-appliance/supervisor/conf.d"
     assert not (conf_d / "decode-2.conf").exists() and not (conf_d / "prefill.conf").exists()
     served = spread(layout.two_p_two_d(), names, layout.deployment.router)
@@ -148,3 +158,16 @@ def test_preflight_passes_the_layouts(layout: Layout) -> None:
     result = layout.play("playbooks/preflight.yml", layout.two_p_two_d())
     assert result.returncode == 0, result.stdout[-4000:]
     assert "preflight passed on localhost" in result.stdout
+
+
+def test_a_drain_that_would_leave_no_decode_is_refused_before_anything_changes(layout: Layout) -> None:
+    """playbooks/day2/drain.yml on the deployment's only PD host: refused, naming the way back, and
+    its host state does not say out of rotation (a later serve would otherwise fail on it)."""
+    pids = layout.pids()
+    result = layout.deployment.play("playbooks/day2/drain.yml", "-e", "host=localhost")
+    assert result.returncode != 0
+    flat = " ".join(result.stdout.split())
+    assert "with localhost out of rotation" in flat and "state=in" in flat, flat[-3000:]
+    fact = layout.deployment.root / "etc/ansible/facts.d/pd_appliance.fact"
+    assert "fleet" not in json.loads(fact.read_text())
+    assert layout.pids() == pids

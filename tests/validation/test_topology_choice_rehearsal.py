@@ -119,7 +119,7 @@ def test_the_tuner_picks_aggregated_replicas_when_faster_and_pd_when_that_is_fas
         assert json.loads(fact.read_text())["variant"]["name"] == "agg-2x-tp4"
         assert set(programs(config)) == {"aggregated-0", "aggregated-1", "router"}
         router_conf = (conf_d / "router.conf").read_text()
-        assert "--worker-urls" in router_conf and "--pd-disaggregation" not in router_conf
+        assert "--discovery-provider file" in router_conf and "--pd-disaggregation" not in router_conf
         assert not (conf_d / "prefill.conf").exists() and not (conf_d / "decode.conf").exists()
         # Day 2 acts on what runs: status names the adopted layout's programs (playbooks/served_layout.yml),
         # not the inventory's prefill and decode, which no longer exist.
@@ -141,7 +141,7 @@ def test_the_tuner_picks_aggregated_replicas_when_faster_and_pd_when_that_is_fas
         after = programs(config)
         assert set(after) == {"prefill", "decode", "router"}
         router_conf = (conf_d / "router.conf").read_text()
-        assert "--pd-disaggregation" in router_conf and "--worker-urls" not in router_conf
+        assert "--pd-disaggregation" in router_conf and "--discovery-provider file" in router_conf
         assert not list(conf_d.glob("aggregated*.conf"))
 
         # 3. A later serve keeps the adopted PD layout: the same programs, nothing restarted.

@@ -201,29 +201,31 @@ def _resilience(s: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str]:
-    """smg 1.13.0's command line, in the mode the workers need.
+    """smg 1.13.0's command line, in the mode the workers need, its workers read from a file.
 
-    PD: `smg launch --pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL ... --policy P`.
-    Aggregated (`s["aggregated"]`): smg's regular mode, `smg launch --worker-urls URL ... --policy A`
-    (smg/router_args.py, RouterArgs.add_cli_args: --worker-urls takes any number of URLs; --policy is
-    the one policy of regular mode, COMMON_POLICY_CHOICES), A being `aggregated_policy`.
+    PD: `smg launch --pd-disaggregation --discovery-provider file --discovery-file F --policy P`.
+    Aggregated (`s["aggregated"]`): smg's regular mode, the same without --pd-disaggregation, with
+    `--policy A` (smg/router_args.py, RouterArgs.add_cli_args: --policy is the one policy of regular
+    mode, COMMON_POLICY_CHOICES), A being `aggregated_policy`.
+
+    The workers are not on the command line: smg's file discovery (`smg launch --help`, "Workers
+    listed in a JSON manifest": --discovery-file "may be created after startup", "reread as soon as
+    it changes" and every --discovery-check-interval-secs) reads them from `s["discovery_file"]`,
+    which the play writes (`router_workers`, pd_appliance.serving.discovery). A fleet change then
+    rewrites that file and leaves this command line, and the running router, alone (docs/fleet.md).
+    The workers given here only decide the mode and are checked as the file's content is.
     """
     argv = [str(w) for w in router_command]
-    prefills = s.get("prefill") or []
-    decodes = s.get("decode") or []
-    aggregated = s.get("aggregated") or []
-    if aggregated and (prefills or decodes):
+    mode, _ = router_workers(s.get("prefill") or [], s.get("decode") or [], s.get("aggregated") or [])
+    aggregated = mode == "aggregated"
+    if not s.get("discovery_file"):
         raise CommandError(
-            "the router has one mode: serving_instances mixes aggregated instances "
-            f"({' '.join(str(w['url']) for w in aggregated)}) with prefill/decode instances "
-            f"({' '.join(str(w['url']) for w in [*prefills, *decodes])}); set role: aggregated on every "
-            "worker host's entries, or on none"
+            "the router reads its workers from a discovery file: set serving_router_discovery_file"
         )
-    if aggregated:
-        argv.append("--worker-urls")
-        argv += [str(worker["url"]) for worker in aggregated]
-    else:
-        argv += _pd_workers(prefills, decodes)
+    if not aggregated:
+        argv.append("--pd-disaggregation")
+    argv += ["--discovery-provider", "file", "--discovery-file", str(s["discovery_file"])]
+    _flag(argv, "--discovery-check-interval-secs", s.get("discovery_check_interval_secs"))
     _flag(argv, "--host", s["host"])
     _flag(argv, "--port", int(s["port"]))
     _flag(argv, "--policy", s.get("aggregated_policy") if aggregated else s.get("policy"))
@@ -250,6 +252,7 @@ def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str
     _flag(argv, "--queue-size", s.get("queue_size"))
     _flag(argv, "--queue-timeout-secs", s.get("queue_timeout_secs"))
     _flag(argv, "--worker-startup-timeout-secs", s.get("worker_startup_timeout_secs"))
+    _flag(argv, "--worker-startup-check-interval", s.get("worker_startup_check_interval_secs"))
     _flag(argv, "--request-timeout-secs", s.get("request_timeout_secs"))
     _flag(argv, "--shutdown-grace-period-secs", s.get("shutdown_grace_period_secs"))
     _flag(argv, "--log-level", s.get("log_level"))
@@ -258,24 +261,48 @@ def router_argv(router_command: Sequence[str], s: Mapping[str, Any]) -> list[str
     return argv
 
 
-def _pd_workers(prefills: Sequence[Mapping[str, Any]], decodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """`--pd-disaggregation --prefill URL BOOTSTRAP_PORT ... --decode URL ...`."""
+def router_workers(
+    prefills: Sequence[Mapping[str, Any]],
+    decodes: Sequence[Mapping[str, Any]],
+    aggregated: Sequence[Mapping[str, Any]],
+) -> tuple[str, list[dict[str, Any]]]:
+    """The router's mode ("pd" or "aggregated") and its workers as smg's discovery manifest lists them.
+
+    Each worker: `{"url", "worker_type"}` (prefill, decode, or smg's `regular` for an aggregated
+    instance) and a prefill's `bootstrap_port` (smg's file discovery's fields,
+    service_discovery/file.rs; without the port smg sends bootstrap_port null and decode silently
+    uses its own default, so a prefill without one is refused). One mode per router: smg runs PD or
+    regular, not both.
+    """
+    if aggregated and (prefills or decodes):
+        raise CommandError(
+            "the router has one mode: serving_instances mixes aggregated instances "
+            f"({' '.join(str(w['url']) for w in aggregated)}) with prefill/decode instances "
+            f"({' '.join(str(w['url']) for w in [*prefills, *decodes])}); set role: aggregated on every "
+            "worker host's entries, or on none"
+        )
+    if aggregated:
+        return "aggregated", [{"url": str(w["url"]), "worker_type": "regular"} for w in aggregated]
     if not prefills or not decodes:
         raise CommandError(
             "the router needs at least one prefill and one decode worker (or aggregated workers only): "
             "put hosts in the inventory groups 'prefill' and 'decode'"
         )
-    argv = ["--pd-disaggregation"]
+    workers: list[dict[str, Any]] = []
     for worker in prefills:
         if worker.get("bootstrap_port") in (None, ""):
-            # smg then sends bootstrap_port null and decode silently uses its own default.
             raise CommandError(
                 f"prefill worker {worker['url']} has no bootstrap port (serving_bootstrap_port)"
             )
-        argv += ["--prefill", str(worker["url"]), str(int(worker["bootstrap_port"]))]
-    for worker in decodes:
-        argv += ["--decode", str(worker["url"])]
-    return argv
+        workers.append(
+            {
+                "url": str(worker["url"]),
+                "worker_type": "prefill",
+                "bootstrap_port": int(worker["bootstrap_port"]),
+            }
+        )
+    workers += [{"url": str(w["url"]), "worker_type": "decode"} for w in decodes]
+    return "pd", workers
 
 
 def admission_wait_errors(host: str, wait_s: float | str, bootstrap_timeout_s: float | str) -> list[str]:

@@ -98,8 +98,6 @@ class _Launch:
     all_instances: Sequence[Mapping[str, Any]]
     router_command: Sequence[str]
     router_settings: Mapping[str, Any]
-    worker_health_path: str
-    router_wait_timeout_s: Any  # as the inventory spells it (the launcher parses it)
 
 
 def _stripped(settings: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -178,8 +176,6 @@ def _launch(p: PlanInputs) -> _Launch:
         all_instances=p.all_instances,
         router_command=s["serving_router_command"],
         router_settings=_router_settings(s),
-        worker_health_path=s["serving_worker_health_path"],
-        router_wait_timeout_s=s["serving_router_wait_for_workers_timeout_s"],
     )
 
 
@@ -202,30 +198,27 @@ def _router_spec(p: _Launch, env_file: str) -> dict[str, Any]:
     aggregated = [i for i in p.all_instances if i["role"] == "aggregated"]
     workers = {"prefill": prefills, "decode": decodes, "aggregated": aggregated}
     engine = commands.router_argv(p.router_command, {**p.router_settings, **workers})
-    # smg starts only once every worker answers its health URL (the launcher's --wait-for).
+    # No worker on this command line (not even the launcher's --wait-for): smg reads them from the
+    # discovery file the play writes once they are healthy, so a fleet change leaves this program alone.
     launcher = [*p.launcher, f"--env-file={env_file}", "--secret-arg=--api-key=SERVING_ROUTER_API_KEY"]
-    launcher += [f"--wait-for={i['url']}{p.worker_health_path}" for i in prefills + decodes + aggregated]
     env = p.env
-    if aggregated:
-        routes = (
-            f"smg regular mode ({p.router_settings.get('aggregated_policy')}): aggregated "
-            f"{' '.join(i['url'] for i in aggregated)}"
-        )
-    else:
-        routes = (
-            f"smg PD router: prefill {' '.join(i['url'] for i in prefills)}, "
-            f"decode {' '.join(i['url'] for i in decodes)}"
-        )
+    mode = (
+        f"smg regular mode ({p.router_settings.get('aggregated_policy')})" if aggregated else "smg PD router"
+    )
+    routes = (
+        f"{mode} over the workers of {p.router_settings.get('discovery_file')} (smg's file discovery, "
+        "reread live: the play rewrites it when the fleet changes, smg is not restarted)"
+    )
     return {
         "priority": p.router.priority,
         "startsecs": p.router.startsecs,
         "stopwaitsecs": p.router.stopwaitsecs,
         "health_url": p.health_urls[ROUTER],
-        "argv": [*launcher, f"--wait-timeout-s={p.router_wait_timeout_s}", "--", *engine],
+        "argv": [*launcher, "--", *engine],
         "environment": merge_env(
             env["defaults_common"], env["common"], env["defaults_router"], env["router"], env["host"]
         ),
-        "notes": [routes, "starts smg only after every worker health URL answers 2xx (--wait-for)"],
+        "notes": [routes],
     }
 
 

@@ -1,0 +1,215 @@
+"""smg's discovery file: the router's workers, written by the play, read live by smg.
+
+smg 1.13 `--discovery-provider file --discovery-file F` (docs/fleet.md, "Discovery by file", measured
+against the real binary): F is `{"version": 1, "workers": [{"url", "worker_type", "bootstrap_port"}]}`
+(smg's model_gateway/src/service_discovery/file.rs refuses a manifest without `version` and any
+field it does not know, an `api_key` included: the router's own --api-key is what it sends to these
+workers). smg rereads the file as soon as it changes and every --discovery-check-interval-secs,
+adds a listed worker once it answers, drains and forgets one no longer listed (its 5 s settle),
+keeps the last good manifest when a new one is invalid, and reads the file again at every start.
+So the file is the router's start-up list and its live list in one: a fleet change is a rewrite
+of this file, not a restart of smg.
+
+After a play, `check` asks smg (GET /workers) until what it has registered equals the file, and
+names the difference when it does not within the bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pd_appliance.serving import commands, fleet
+from pd_appliance.serving.polling import poll
+
+MANIFEST_VERSION = 1
+KEY_ENV = "PD_ROUTER_API_KEY"
+
+
+def manifest(instances: Sequence[Mapping[str, Any]], out: Sequence[str] = ()) -> dict[str, Any]:
+    """The discovery file for every published instance of the deployment (pd_serving_topology's
+    form: role, url, bootstrap_port, host) but those of the hosts in `out` (out of rotation),
+    checked as the router's command line was: one mode, at least one prefill and one decode in PD
+    mode, a bootstrap port on every prefill (commands.router_workers)."""
+    left = [i for i in instances if i.get("host") not in set(out)]
+    by_role = {role: [i for i in left if i["role"] == role] for role in commands.WORKER_ROLES}
+    try:
+        _, workers = commands.router_workers(by_role["prefill"], by_role["decode"], by_role["aggregated"])
+    except commands.CommandError as exc:
+        if not out:
+            raise
+        raise commands.CommandError(
+            f"with {', '.join(out)} out of rotation: {exc}. Put a host back first "
+            "(playbooks/day2/drain.yml -e state=in) or add one"
+        ) from exc
+    return {"version": MANIFEST_VERSION, "workers": workers}
+
+
+def out_of_rotation(states: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """The hosts whose host state (ansible_local.pd_appliance, by host) says `fleet.rotation: out`."""
+    return [
+        host for host, state in states.items() if ((state or {}).get("fleet") or {}).get("rotation") == "out"
+    ]
+
+
+def _key(worker: Mapping[str, Any]) -> tuple[str, str, int | None]:
+    port = worker.get("bootstrap_port")
+    return str(worker["url"]), str(worker["worker_type"]), None if port is None else int(port)
+
+
+def _describe(key: tuple[str, str, int | None]) -> str:
+    url, worker_type, port = key
+    return f"{worker_type} {url}" + (f" (bootstrap {port})" if port is not None else "")
+
+
+def difference(listed: Mapping[str, Any], registered: Sequence[fleet.Worker]) -> list[str]:
+    """What differs between the file and smg's registered set; [] when they are equal. A worker smg
+    still drains counts as registered: it is not gone until smg forgets it."""
+    want = {_key(w) for w in listed["workers"]}
+    seen = {(w.url, w.worker_type, w.bootstrap_port): w for w in registered}
+    problems = [
+        f"listed in the file, not registered: {_describe(k)}" for k in sorted(want - seen.keys(), key=str)
+    ]
+    for key, worker in sorted(seen.items(), key=lambda item: str(item[0])):
+        if key not in want:
+            problems.append(f"registered ({worker.status}), not in the file: {_describe(key)}")
+        elif worker.status != "ready":
+            problems.append(f"listed, not ready yet: {_describe(key)} ({worker.status})")
+    return problems
+
+
+def check(
+    workers: fleet.SmgWorkers, listed: Mapping[str, Any], timeout_s: float, interval_s: float = 0.2
+) -> float:
+    """Wait until smg's registered set equals the file (every listed worker `ready`, nothing else);
+    the seconds waited, or FleetError naming each difference."""
+    polled = poll(workers.all, lambda seen: not difference(listed, seen), timeout_s, interval_s)
+    if not polled.settled:
+        raise fleet.FleetError(
+            f"smg's workers differ from its discovery file after {timeout_s:g} s: "
+            + "; ".join(difference(listed, polled.seen))
+        )
+    return polled.waited_s
+
+
+def write(path: Path, listed: Mapping[str, Any]) -> None:
+    """Replace the discovery file in one rename (smg never reads half a list); what the play's
+    pd_config_files task does, for the tools and tests that change the fleet outside a play."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(listed, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def without(listed: Mapping[str, Any], urls: Sequence[str]) -> dict[str, Any]:
+    """The manifest less the workers at `urls` (a host taken out of rotation)."""
+    gone = set(urls)
+    return {**listed, "workers": [w for w in listed["workers"] if w["url"] not in gone]}
+
+
+def drain(
+    workers: fleet.SmgWorkers,
+    urls: Sequence[str],
+    timeout_s: float,
+    interval_s: float = 0.1,
+) -> float:
+    """After `urls` left the file: wait until smg no longer lists them (it stops routing to a dropped
+    worker at once and forgets it after its settle), then until their engines run nothing
+    (sglang:num_running_reqs 0: smg keeps the streams it opened past the settle, docs/fleet.md), so
+    that stopping them loses no request. The seconds it took; FleetError naming what is left."""
+    gone = set(urls)
+    polled = poll(workers.all, lambda seen: not [w for w in seen if w.url in gone], timeout_s, interval_s)
+    if not polled.settled:
+        left = [f"{w.url} ({w.status}, load {w.load})" for w in polled.seen if w.url in gone]
+        raise fleet.FleetError(
+            f"still registered {timeout_s:g} s after leaving the discovery file: {', '.join(left)}"
+        )
+    return polled.waited_s + idle(urls, max(timeout_s - polled.waited_s, 0.0), interval_s)
+
+
+def idle(urls: Sequence[str], timeout_s: float, interval_s: float = 0.2) -> float:
+    """Wait until the engines at `urls` run nothing (their sglang:num_running_reqs is 0): smg keeps
+    the streams it opened on a worker past its settle, so a dropped worker is not idle when smg
+    forgets it (docs/fleet.md). The seconds waited; FleetError naming the busy ones."""
+    polled = poll(
+        lambda: [fleet.engine_running(u) for u in urls], lambda seen: not any(seen), timeout_s, interval_s
+    )
+    if not polled.settled:
+        busy = [f"{u}: {n:g}" for u, n in zip(urls, polled.seen, strict=True) if n]
+        raise fleet.FleetError(f"engines still run requests after {timeout_s:g} s: {', '.join(busy)}")
+    return polled.waited_s
+
+
+def fleet_lines(
+    registered: Sequence[Mapping[str, Any]],
+    instances: Sequence[Mapping[str, Any]],
+    states: Mapping[str, Mapping[str, Any] | None],
+) -> list[str]:
+    """`pd-appliance status`'s view of the fleet, a line per worker: its host (by the published
+    instances' URLs), smg's status (ready, pending, draining) and load, the host's release (its host
+    state) and rotation; then each instance of the deployment smg does not list, and why."""
+    host_of = {str(i["url"]): str(i.get("host")) for i in instances}
+    out = set(out_of_rotation(states))
+
+    def release(host: str) -> str:
+        current = ((states.get(host) or {}).get("release") or {}).get("current")
+        return f"release {current}" if current else "no release recorded"
+
+    lines = []
+    for w in registered:
+        host = host_of.get(str(w["url"]), "?")
+        rotation = (
+            "draining" if w["status"] == "draining" else "out of rotation" if host in out else "in rotation"
+        )
+        state = f"smg {w['status']}, load {w['load']}"
+        lines.append(f"{w['worker_type']} {w['url']} on {host}: {rotation}, {state}, {release(host)}")
+    listed = {str(w["url"]) for w in registered}
+    for url, host in host_of.items():
+        if url not in listed:
+            why = "out of rotation (drained)" if host in out else "NOT REGISTERED by smg"
+            lines.append(f"{url} on {host}: {why}, {release(host)}")
+    return lines
+
+
+def _listing(workers: Sequence[fleet.Worker]) -> list[dict[str, Any]]:
+    return [{"url": w.url, "worker_type": w.worker_type, "status": w.status, "load": w.load} for w in workers]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m pd_appliance.serving.discovery --router URL --file F [--drained URL ...]`, the key
+    in $PD_ROUTER_API_KEY (never on a command line): wait until smg's workers equal the file, then
+    until the engines at each --drained URL (workers just dropped from it) run nothing. `--list`
+    only lists smg's workers. Prints one JSON line (smg's workers included); exit 1 naming the
+    difference or the busy engine."""
+    p = argparse.ArgumentParser(prog="pd_appliance.serving.discovery", description=__doc__.splitlines()[0])
+    p.add_argument("--router", required=True, help="the router's base URL")
+    p.add_argument("--file", type=Path, help="the discovery file smg reads")
+    p.add_argument(
+        "--drained", action="append", default=[], metavar="URL", help="an engine dropped from the file"
+    )
+    p.add_argument("--list", action="store_true", help="list smg's workers, check nothing")
+    p.add_argument("--timeout-s", type=float, default=60.0)
+    args = p.parse_args(argv)
+    workers = fleet.SmgWorkers(args.router, os.environ.get(KEY_ENV, ""))
+    out: dict[str, Any] = {"ok": True}
+    try:
+        if not args.list:
+            if args.file is None:
+                p.error("--file is required unless --list")
+            out["waited_s"] = round(check(workers, json.loads(args.file.read_text()), args.timeout_s), 2)
+            if args.drained:
+                out["idle_after_s"] = round(idle(args.drained, args.timeout_s), 2)
+        out["workers"] = _listing(workers.all())
+    except (OSError, ValueError, fleet.FleetError) as exc:
+        print(json.dumps({"ok": False, "error": str(exc)}))
+        return 1
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
