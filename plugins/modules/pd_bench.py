@@ -165,9 +165,8 @@ kv_warmup:
   type: dict
 """
 
-import sys  # noqa: E402 - Ansible wants DOCUMENTATION first
-
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible wants DOCUMENTATION first
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True},
@@ -201,14 +200,13 @@ ARGUMENT_SPEC = {
 def main() -> None:
     """Parse arguments, measure, exit."""
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
+    with tools_venv(
+        module,
+        "pd_appliance.bench is not importable by {python} ({err}): run pd_bench with the "
+        "tools venv (ansible_python_interpreter: appliance_tools_python) after the appliance_tools role.",
+    ):
         from pd_appliance.bench.runner import Plan, ProbeSpec, measure_sync, plan_from_lists
         from pd_appliance.bench.workload import WorkloadError
-    except ImportError as err:
-        module.fail_json(
-            msg=f"pd_appliance.bench is not importable by {sys.executable} ({err}): run pd_bench with the "
-            "tools venv (ansible_python_interpreter: appliance_tools_python) after the appliance_tools role."
-        )
     p = module.params
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: nothing measured", measurement={})

@@ -143,6 +143,7 @@ report:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 
 def _thresholds(module: AnsibleModule, raw: dict, name: str = "thresholds") -> dict[int, float]:
@@ -203,12 +204,10 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
+    with tools_venv(module, "pd_appliance.bench is not importable ({err}): run with the tools venv"):
         from pd_appliance.bench import history
         from pd_appliance.bench.report import ReportError, accept, build_report, write_report
         from pd_appliance.serving.startup_log import read_records
-    except ImportError as err:
-        module.fail_json(msg=f"pd_appliance.bench is not importable ({err}): run with the tools venv")
     p = module.params
     here = p["engine_startup_here"]
     if here.get("host"):

@@ -57,6 +57,7 @@ selection:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 
 def main() -> None:
@@ -70,10 +71,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
+    with tools_venv(module, "pd_appliance.bench is not importable ({err}): run with the tools venv"):
         from pd_appliance.bench.report import select_fastest
-    except ImportError as err:
-        module.fail_json(msg=f"pd_appliance.bench is not importable ({err}): run with the tools venv")
     p = module.params
     try:
         floors = {int(k): float(v) for k, v in p["floors"].items()}

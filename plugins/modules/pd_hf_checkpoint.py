@@ -134,10 +134,10 @@ problems:
   type: list
 """
 
-import sys  # noqa: E402 - Ansible wants DOCUMENTATION first
-from pathlib import Path  # noqa: E402
+from pathlib import Path  # noqa: E402 - Ansible wants DOCUMENTATION first
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 
 def main() -> None:
@@ -167,7 +167,12 @@ def main() -> None:
     params = module.params
     root = Path(params["root"]) if params["root"] else None
     directory = Path(params["dir"]) if params["dir"] else root
-    try:
+    with tools_venv(
+        module,
+        "pd_appliance.checkpoint is not importable by {python} ({err}): run pd_hf_checkpoint"
+        " with the tools venv (ansible_python_interpreter: appliance_tools_python), which the"
+        " appliance_tools role installs.",
+    ):
         from pd_appliance.checkpoint.ensure import PARTIAL_DIR
         from pd_appliance.checkpoint.hub import configure_hub_environment
 
@@ -181,12 +186,6 @@ def main() -> None:
             CheckpointRequest,
             ensure_checkpoint,
             ensure_revision,
-        )
-    except ImportError as err:
-        module.fail_json(
-            msg=f"pd_appliance.checkpoint is not importable by {sys.executable} ({err}): run pd_hf_checkpoint"
-            " with the tools venv (ansible_python_interpreter: appliance_tools_python), which the"
-            " appliance_tools role installs."
         )
     request = CheckpointRequest(
         repo_id=params["repo_id"],

@@ -57,10 +57,10 @@ fact_file:
   returned: success
 """
 
-import sys  # noqa: E402 - Ansible wants DOCUMENTATION first
-from pathlib import Path  # noqa: E402
+from pathlib import Path  # noqa: E402 - Ansible wants DOCUMENTATION first
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 
 def main() -> None:
@@ -72,13 +72,12 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
+    with tools_venv(
+        module,
+        "pd_appliance is not importable by {python} ({err}): run pd_host_state with the"
+        " tools venv (ansible_python_interpreter: appliance_tools_python)",
+    ):
         from pd_appliance import host_state
-    except ImportError as err:
-        module.fail_json(
-            msg=f"pd_appliance is not importable by {sys.executable} ({err}): run pd_host_state with the"
-            " tools venv (ansible_python_interpreter: appliance_tools_python)"
-        )
     path = host_state.fact_path(Path(module.params["facts_dir"]))
     try:
         done = host_state.update(

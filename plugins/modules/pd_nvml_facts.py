@@ -43,10 +43,10 @@ ansible_facts:
   type: dict
 """
 
-import sys  # noqa: E402 - Ansible wants DOCUMENTATION first
-from pathlib import Path  # noqa: E402
+from pathlib import Path  # noqa: E402 - Ansible wants DOCUMENTATION first
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 
 def main() -> None:
@@ -59,15 +59,14 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
+    with tools_venv(
+        module,
+        "pd_appliance is not importable by {python} ({err}): run pd_nvml_facts with the "
+        "tools venv (ansible_python_interpreter: appliance_tools_python) after the appliance_tools role.",
+        cause="tools_missing",
+    ):
         from pd_appliance.gpu import GpuFactsError, gather_gpu_facts, load_nvml
         from pd_appliance.gpu.diagnose import HostProbe
-    except ImportError as err:
-        module.fail_json(
-            msg=f"pd_appliance is not importable by {sys.executable} ({err}): run pd_nvml_facts with the "
-            "tools venv (ansible_python_interpreter: appliance_tools_python) after the appliance_tools role.",
-            cause="tools_missing",
-        )
     params = module.params
     try:
         nvml = load_nvml(params["nvml_module"], params["nvml_path"])

@@ -143,11 +143,11 @@ host_state:
   type: dict
 """
 
-import sys  # noqa: E402 - Ansible wants DOCUMENTATION first
-from pathlib import Path  # noqa: E402
+from pathlib import Path  # noqa: E402 - Ansible wants DOCUMENTATION first
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 ACTIONS = ["stage", "accept", "fail", "put_back", "activate", "status"]
 
@@ -185,13 +185,12 @@ def main() -> None:
         ],
         supports_check_mode=True,
     )
-    try:
+    with tools_venv(
+        module,
+        "pd_appliance.release is not importable by {python} ({err}): run pd_release with"
+        " the tools venv (ansible_python_interpreter: appliance_tools_python)",
+    ):
         from pd_appliance.release import ReleaseError
-    except ImportError as err:
-        module.fail_json(
-            msg=f"pd_appliance.release is not importable by {sys.executable} ({err}): run pd_release with"
-            " the tools venv (ansible_python_interpreter: appliance_tools_python)"
-        )
     try:
         module.exit_json(**run(module.params, module.check_mode, module.warn))
     except ReleaseError as err:

@@ -58,6 +58,7 @@ problems:
 from pathlib import Path  # noqa: E402  (Ansible wants DOCUMENTATION first)
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 
 def main() -> None:
@@ -71,12 +72,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
+    with tools_venv(module):
         from pd_appliance.supply import index, lock
-    except ImportError as exc:
-        module.fail_json(
-            msg=f"pd_appliance is not importable ({exc}): run the task with the tools venv's Python"
-        )
     params = module.params
     try:
         entries = lock.read_lock(Path(params["lock"]))

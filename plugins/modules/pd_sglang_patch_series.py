@@ -76,6 +76,7 @@ restored_files:
 from pathlib import Path  # noqa: E402  (Ansible wants DOCUMENTATION first)
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 
 def main() -> None:
@@ -91,12 +92,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
+    with tools_venv(module):
         from pd_appliance.patches import PatchError, apply_series
-    except ImportError as exc:
-        module.fail_json(
-            msg=f"pd_appliance is not importable ({exc}): run the task with the tools venv's Python"
-        )
     p = module.params
     try:
         result = apply_series(

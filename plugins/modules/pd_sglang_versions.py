@@ -70,6 +70,7 @@ proof_record:
 from pathlib import Path  # noqa: E402  (Ansible wants DOCUMENTATION first)
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 
 def main() -> None:
@@ -84,13 +85,9 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
+    with tools_venv(module):
         from pd_appliance.proofs import read_record_slurped
         from pd_appliance.sglang_versions import COMPONENTS, collect, state_digest
-    except ImportError as exc:
-        module.fail_json(
-            msg=f"pd_appliance is not importable ({exc}): run the task with the tools venv's Python"
-        )
     unknown = sorted(set(module.params["required"]) - set(COMPONENTS) - {"cuda"})
     if unknown:
         module.fail_json(

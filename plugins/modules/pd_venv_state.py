@@ -60,6 +60,7 @@ proof_record:
 from pathlib import Path  # noqa: E402  (Ansible wants DOCUMENTATION first)
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pd_module import tools_venv  # noqa: E402
 
 
 def main() -> None:
@@ -72,12 +73,10 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
+    with tools_venv(module, "pd_appliance is not importable ({err}): run it with the tools venv's Python"):
         from pd_appliance.proofs import read_record_slurped
         from pd_appliance.supply.lock import LockError, read_lock
         from pd_appliance.supply.venv_state import venvs_digest
-    except ImportError as exc:
-        module.fail_json(msg=f"pd_appliance is not importable ({exc}): run it with the tools venv's Python")
     params = module.params
     try:
         names = {name for lock in params["locks"] for name in read_lock(Path(lock))} | set(params["packages"])
