@@ -7,6 +7,10 @@ The main process never loads them itself, so every task re-imported the applianc
 files and the pd_appliance modules behind them: about 0.2 s of CPU per task, a third of a no-op
 re-run (benchmarks/ansible_task_overhead.py measures it). Loaded here once, every forked worker
 inherits them. Enabled in ansible.cfg (callbacks_enabled); it prints nothing.
+
+It is also the filters' one bootstrap: they import pd_appliance, which the checkout's venv (`make venv`)
+has installed; an ansible-playbook installed otherwise (a distribution's, pipx's) lacks it, so the
+checkout's src/ goes on sys.path here, before any filter loads, instead of in every filter file.
 """
 
 from __future__ import annotations
@@ -22,8 +26,19 @@ requirements:
   - enabled in callbacks_enabled (ansible.cfg)
 """
 
+import sys  # noqa: E402 (after DOCUMENTATION, as ansible's own)
+from pathlib import Path  # noqa: E402
+
 from ansible.plugins.callback import CallbackBase  # noqa: E402 (after DOCUMENTATION, as ansible's own)
 from ansible.plugins.loader import filter_loader, test_loader  # noqa: E402
+
+
+def pd_appliance_importable() -> None:
+    """Put the checkout's src/ on sys.path when this Python cannot import pd_appliance (see above)."""
+    try:
+        import pd_appliance  # noqa: F401
+    except ImportError:  # depends on how ansible-playbook was installed
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 
 class CallbackModule(CallbackBase):
@@ -36,6 +51,7 @@ class CallbackModule(CallbackBase):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
+        pd_appliance_importable()
         for loader in (filter_loader, test_loader):
             for _plugin in loader.all():
                 pass

@@ -6,14 +6,7 @@ fix, every check at the severity its role variable gives (fail, warn or skip).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
-
-try:
-    import pd_appliance  # noqa: F401
-except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from pd_appliance.fabric import checks, findings, inventory, kv_need, nvml
 

@@ -7,14 +7,7 @@ record (read from the host with slurp) is judged there, so no host needs pd_appl
 from __future__ import annotations
 
 import base64
-import sys
-from pathlib import Path
 from typing import Any
-
-try:
-    import pd_appliance  # noqa: F401
-except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from pd_appliance import proofs
 

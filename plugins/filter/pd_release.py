@@ -6,14 +6,8 @@ appliance_sglang_venv (pd_appliance.release.build) without asking a host.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
-
-try:
-    import pd_appliance  # noqa: F401
-except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from ansible.errors import AnsibleFilterError
 

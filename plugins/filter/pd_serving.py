@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
-
-try:
-    import pd_appliance  # noqa: F401
-except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from ansible.errors import AnsibleFilterError
 

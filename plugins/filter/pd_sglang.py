@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
-
-try:
-    import pd_appliance  # noqa: F401
-except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from pd_appliance.sglang_args.registry import EnvRegistry, RegistryError, env_name_errors, variant_sources
 

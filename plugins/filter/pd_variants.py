@@ -4,14 +4,7 @@ pd_appliance.bench.search (the declared search's stages, budget and kept configu
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
-
-try:
-    import pd_appliance  # noqa: F401
-except ImportError:  # pragma: no cover - depends on how ansible-playbook was installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator

@@ -55,7 +55,8 @@ def test_a_module_outside_the_tools_venv_fails_with_its_message(tmp_path: Path) 
     assert common["msg"] == (
         "pd_appliance is not importable (No module named 'pd_appliance'): run it with the tools venv's Python"
     )
-    assert own["msg"].startswith(f"pd_appliance is not importable by {python} (No module named 'pd_appliance')")
+    missing = "(No module named 'pd_appliance')"
+    assert own["msg"].startswith(f"pd_appliance is not importable by {python} {missing}")
     assert own["msg"].endswith("after the appliance_tools role.")
     assert own["cause"] == "tools_missing"
     assert "Traceback" not in json.dumps(results)
