@@ -12,7 +12,9 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-FACT_NAME = "pd_appliance"  # pd_appliance.host_state.FACT_NAME (the controller may not import it)
+# The controller imports pd_appliance as the filters do (plugins/callback/pd_plugin_preload.py makes
+# it importable for an ansible-playbook installed outside the checkout's venv).
+from pd_appliance.host_state import FACT_NAME
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]
