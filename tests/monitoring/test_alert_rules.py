@@ -310,5 +310,10 @@ def test_rendered_targets_follow_the_serving_variables(rendered: Path) -> None:
     sglang = {c["labels"]["role"]: c["targets"] for c in jobs["sglang"]["static_configs"]}
     assert sglang == {"prefill": ["127.0.0.1:30000"], "decode": ["127.0.0.1:30001"]}
     assert jobs["smg"]["static_configs"][0]["targets"] == ["127.0.0.1:29000"]
-    relabel = {r["replacement"]: r["regex"] for r in jobs["smg"]["metric_relabel_configs"]}
+    relabels = jobs["smg"]["metric_relabel_configs"]
+    relabel = {r["replacement"]: r["regex"] for r in relabels if r["target_label"] == "worker_type"}
+    # worker_host: the inventory host of each worker URL (pd_appliance_fleet_in_rotation counts by it).
+    hosts = [(r["regex"], r["replacement"]) for r in relabels if r["target_label"] == "worker_host"]
+    matched = [h for rx, h in hosts if re.fullmatch(rx, DECODE_URL) or re.fullmatch(rx, PREFILL_URL)]
+    assert matched == [HOST, HOST]
     assert re.fullmatch(relabel["decode"], DECODE_URL) and not re.fullmatch(relabel["decode"], PREFILL_URL)
