@@ -54,12 +54,17 @@ def test_promtool_accepts_the_rules_and_the_configuration(rendered: Path) -> Non
 
 def test_every_alert_of_the_issue_exists(rendered: Path) -> None:
     groups = yaml.safe_load((rendered / "monitoring/rules/pd-appliance.rules.yml").read_text())["groups"]
-    alerts = {rule["alert"] for group in groups for rule in group["rules"]}
+    alerts = {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
     assert alerts == {
         "PDWorkerDown", "PDRouterDown", "PDRouterNoAvailablePrefill", "PDRouterNoAvailableDecode",
         "PDTTFTP99High", "PDTPOTP99High", "PDKVTransferFailures", "PDGPUOffBus", "PDGPUNVMLDown",
-        "PDGPUXidErrors", "PDExporterDown", "PDModelDiskNearlyFull",
+        "PDGPUXidErrors", "PDExporterDown", "PDModelDiskNearlyFull", "PDHostOutOfRotation",
     }  # fmt: skip
+    # The per-host rotation (issue 27): one recorded series per PD host of the deployment.
+    recorded = [rule for group in groups for rule in group["rules"] if rule.get("record")]
+    assert [(r["record"], r["labels"]) for r in recorded] == [
+        ("pd_appliance_fleet_in_rotation", {"host": HOST})
+    ]
 
 
 def test_rules_use_only_sglang_0_5_23_metric_names(rendered: Path) -> None:
@@ -83,7 +88,9 @@ def _gpu(gpu: int, role: str) -> str:
 
 
 def _smg(name: str, url: str, worker_type: str) -> str:
-    return f'{name}{{job="smg",host="{HOST}",worker="{url}",worker_type="{worker_type}"}}'
+    return (
+        f'{name}{{job="smg",host="{HOST}",worker="{url}",worker_type="{worker_type}",worker_host="{HOST}"}}'
+    )
 
 
 def _healthy(minutes: int = 12) -> list[dict[str, str]]:
@@ -135,7 +142,7 @@ def _quiet_everywhere(eval_time: str) -> list[dict[str, Any]]:
 ALERTS = [
     "PDWorkerDown", "PDRouterDown", "PDRouterNoAvailablePrefill", "PDRouterNoAvailableDecode",
     "PDTTFTP99High", "PDTPOTP99High", "PDKVTransferFailures", "PDGPUOffBus", "PDGPUNVMLDown",
-    "PDGPUXidErrors", "PDExporterDown", "PDModelDiskNearlyFull",
+    "PDGPUXidErrors", "PDExporterDown", "PDModelDiskNearlyFull", "PDHostOutOfRotation",
 ]  # fmt: skip
 
 
@@ -187,8 +194,21 @@ def _cases() -> dict[str, dict[str, Any]]:
         ("+Inf", "0+150x48"),
     ):
         slow_tpot = _replace(slow_tpot, f"sglang:request_time_per_output_token_seconds_bucket{_worker('decode')[:-1]},is_streaming=\"true\",le=\"{le}\"}}", values)  # fmt: skip
+    # smg forgets every worker of the host from minute 1 (a drain): its series go; out of rotation once
+    # Prometheus' 5 m lookback has passed (6m), PDHostOutOfRotation after its 30 m (36m), not before.
+    drained = _healthy(40)
+    for url, worker_type in ((PREFILL_URL, "prefill"), (DECODE_URL, "decode")):
+        for name in ("smg_worker_health", "smg_worker_cb_state"):
+            drained = _replace(drained, _smg(name, url, worker_type), "1x4 _x155")
     return {
         "healthy": _case(h, _quiet_everywhere("11m")),
+        "host_out_of_rotation": _case(drained, [
+            _quiet("PDHostOutOfRotation", "30m"),
+            _fires("PDHostOutOfRotation", "38m", {"host": HOST, "severity": "warning"}),
+        ]),
+        "host_out_of_rotation_router_down": _case(_replace(drained, f'up{{job="smg",host="{HOST}"}}', "1x4 0x156"), [
+            _quiet("PDHostOutOfRotation", "38m"),  # the router down is PDRouterDown, not this
+        ]),
         "worker_down": _case(down, [
             _quiet("PDWorkerDown", "2m30s"), _fires("PDWorkerDown", "3m45s", {**decode, "severity": "critical"}),
             _quiet("PDWorkerDown", "5m"),
@@ -259,7 +279,7 @@ def test_alert_fires_on_its_symptom_and_only_then(case: str, rendered: Path, tmp
         r
         for g in yaml.safe_load(rules.read_text())["groups"]
         for r in g["rules"]
-        if r["alert"] == "PDModelDiskNearlyFull"
+        if r.get("alert") == "PDModelDiskNearlyFull"
     ]
     assert disk and 'mountpoint="/"' in disk[0]["expr"], "the rehearsal's model dir is on / here"
     spec = {"rule_files": [str(rules)], "evaluation_interval": "15s", "tests": [_cases()[case]]}
@@ -290,5 +310,10 @@ def test_rendered_targets_follow_the_serving_variables(rendered: Path) -> None:
     sglang = {c["labels"]["role"]: c["targets"] for c in jobs["sglang"]["static_configs"]}
     assert sglang == {"prefill": ["127.0.0.1:30000"], "decode": ["127.0.0.1:30001"]}
     assert jobs["smg"]["static_configs"][0]["targets"] == ["127.0.0.1:29000"]
-    relabel = {r["replacement"]: r["regex"] for r in jobs["smg"]["metric_relabel_configs"]}
+    relabels = jobs["smg"]["metric_relabel_configs"]
+    relabel = {r["replacement"]: r["regex"] for r in relabels if r["target_label"] == "worker_type"}
+    # worker_host: the inventory host of each worker URL (pd_appliance_fleet_in_rotation counts by it).
+    hosts = [(r["regex"], r["replacement"]) for r in relabels if r["target_label"] == "worker_host"]
+    matched = [h for rx, h in hosts if re.fullmatch(rx, DECODE_URL) or re.fullmatch(rx, PREFILL_URL)]
+    assert matched == [HOST, HOST]
     assert re.fullmatch(relabel["decode"], DECODE_URL) and not re.fullmatch(relabel["decode"], PREFILL_URL)

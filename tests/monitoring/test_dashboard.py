@@ -40,6 +40,11 @@ def test_dashboard_shows_what_the_issue_asks_for() -> None:
     text = " ".join(_exprs())
     for per_role in ("pd_gpu_utilization_ratio", "pd_gpu_power_watts", "pd_gpu_memory_used_bytes"):
         assert re.search(rf"by \(host, role\) \({per_role}", text), per_role
+    # Per-host rotation (issue 27): the series the alert rules record, one per host, 1 in / 0 out.
+    rotation = next(p for p in dashboard["panels"] if p["title"] == "Hosts in rotation")
+    assert rotation["targets"][0]["expr"] == 'max by (host) (pd_appliance_fleet_in_rotation{host=~"$host"})'
+    mapped = rotation["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert (mapped["0"]["text"], mapped["1"]["text"]) == ("out of rotation", "in rotation")
 
 
 def test_dashboard_uses_sglang_0_5_23_names() -> None:

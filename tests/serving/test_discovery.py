@@ -77,6 +77,16 @@ def test_the_difference_names_each_worker_missing_extra_or_not_ready() -> None:
     assert discovery.without(listed, ["http://a:1"])["workers"] == listed["workers"][1:]
 
 
+def test_a_stopped_engine_counts_as_idle_only_for_a_retired_host() -> None:
+    (port,) = reserve_ports(1)  # reserved, nothing listens: the connection is refused
+    url = f"http://127.0.0.1:{port}"
+    assert discovery.running_or_stopped(url) == 0.0
+    assert discovery.idle([url], 1.0, 0.1, stopped_is_idle=True) < 0.1  # settled at the first look
+    # A drained (not retired) engine that does not answer is an error, as before.
+    with pytest.raises(fleet.FleetError, match="Connection refused"):
+        discovery.idle([url], 1.0, 0.1)
+
+
 @pytest.fixture
 def router(tmp_path: Path) -> Iterator[dict[str, object]]:
     """smg started by the product's router_argv (file discovery) over pair 1; pair 2 running, not

@@ -5,7 +5,8 @@ install root (its own supervisord) and its own ports: node-a runs a prefill, a d
 router, node-b and node-c a prefill and a decode each. playbooks/serve.yml converges them as it
 would three lab hosts. An open-loop client (pd_appliance.bench.faults.measure: streamed chat
 requests through the router) runs while node-c is added (a serve with it in the inventory) and
-while node-b is drained (playbooks/day2/drain.yml) and put back; no request may fail and smg
+while node-b is drained (playbooks/day2/drain.yml) and put back, and while node-c is retired
+(a serve with serving_fleet_retire: [node-c]: drained, then its programs stopped); no request may fail and smg
 (pd:router on node-a) must keep its pid throughout. Every process started is stopped at the end.
 """
 
@@ -207,9 +208,85 @@ def test_a_host_drained_under_load_fails_no_request_and_comes_back(cluster: Flee
     assert f"fleet: decode {cluster.urls('node-b')[1]} on node-b: in rotation, smg ready" in flat, flat[
         -4000:
     ]
+    print_table()
+
+
+def print_table() -> None:
+    """The figures of the changes so far (benchmarks/results/fleet.md; printed with -s)."""
     shown = ("sent", "failed", "baseline_latency_s", "fault_s")
     table = {}
     for change, figures in RESULTS.items():
         longest = max(end - start for start, end, _ in figures["timeline"]["requests"])
         table[change] = {**{x: figures.get(x) for x in shown}, "longest_s": round(longest, 2)}
     print(json.dumps(table))
+
+
+def busiest_while(cluster: Fleet, host: str, action: Any) -> float:
+    """Run `action`, sampling what `host`'s engines run meanwhile; the most seen at once."""
+    busiest = 0.0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal busiest
+        while not done.wait(0.5):
+            with contextlib.suppress(fleet.FleetError):
+                busiest = max(busiest, sum(fleet.engine_running(u) for u in cluster.urls(host)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        action()
+    finally:
+        done.set()
+        sampler.join(timeout=10)
+    return busiest
+
+
+def test_retiring_the_router_host_is_refused_before_any_change(cluster: Fleet) -> None:
+    before = cluster.pids("node-a")
+    refused = cluster.play("playbooks/serve.yml", "-e", json.dumps({"serving_fleet_retire": ["node-a"]}))
+    assert refused.returncode != 0
+    flat = " ".join(refused.stdout.split())
+    refusal = "serving_fleet_retire=node-a: every host must be of the groups prefill or decode"
+    assert refusal in flat, flat[-4000:]
+    assert cluster.pids("node-a") == before
+    assert registered(cluster) == {u for h in HOSTS for u in cluster.urls(h)}
+
+
+def test_a_host_retired_in_one_serve_under_load_fails_no_request(cluster: Fleet) -> None:
+    router = cluster.pids("node-a")["router"]
+    assert set(cluster.pids("node-c")) == {"prefill", "decode"}
+    retire = ("-e", json.dumps({"serving_fleet_retire": ["node-c"]}))
+    played: list[Any] = []
+    busiest: list[float] = []
+
+    def serve() -> Any:
+        return cluster.play("playbooks/serve.yml", *retire)
+
+    def remove() -> float:
+        at = time.perf_counter()
+        busiest.append(busiest_while(cluster, "node-c", lambda: played.append(serve())))
+        return at
+
+    # 6 s answers (longer than smg's 5 s settle) over the whole serve play: node-c's engines hold
+    # requests when it leaves the file, and the play must wait for them before it stops the programs.
+    span = cluster.converge_s * 1.5 + 20
+    spec = LoadSpec(
+        rate_rps=1, duration_s=span, fault_at_s=3, max_tokens=600, api="chat", request_timeout_s=120
+    )
+    result = measure(cluster.router, "dsv4-flash", spec, remove, api_key=KEY)
+    assert played[0].returncode == 0, played[0].stdout[-6000:]
+    RESULTS["retire a host (serve with serving_fleet_retire: [node-c])"] = result
+    assert busiest[0] > 0, "nothing ran on node-c while it was retired: the test proves nothing"
+    assert result["failed"] == 0, result["errors"]
+    assert cluster.pids("node-a")["router"] == router
+    assert cluster.pids("node-c") == {}, "node-c's programs still run after it was retired"
+    assert registered(cluster) == {*cluster.urls("node-a"), *cluster.urls("node-b")}
+    listed = json.loads(next(cluster.root("node-a").rglob("router-workers.json")).read_text())
+    assert {w["url"] for w in listed["workers"]} == {*cluster.urls("node-a"), *cluster.urls("node-b")}
+    # The same play again: node-c's stopped engines count as idle, nothing starts on it.
+    again = cluster.play("playbooks/serve.yml", *retire)
+    assert again.returncode == 0, again.stdout[-6000:]
+    assert cluster.pids("node-c") == {}
+    assert cluster.pids("node-a")["router"] == router
+    print_table()

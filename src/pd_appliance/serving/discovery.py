@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import urllib.error
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -131,13 +132,30 @@ def drain(
     return polled.waited_s + idle(urls, max(timeout_s - polled.waited_s, 0.0), interval_s)
 
 
-def idle(urls: Sequence[str], timeout_s: float, interval_s: float = 0.2) -> float:
+def running_or_stopped(engine_url: str) -> float:
+    """What one engine runs now, 0 when it refuses the connection: an engine that is stopped (a host
+    retired by an earlier play, serving_fleet_retire) runs nothing. Any other failure is an error."""
+    try:
+        return fleet.engine_running(engine_url)
+    except fleet.FleetError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, urllib.error.URLError) and isinstance(cause.reason, ConnectionRefusedError):
+            return 0.0
+        if isinstance(cause, ConnectionRefusedError):
+            return 0.0
+        raise
+
+
+def idle(
+    urls: Sequence[str], timeout_s: float, interval_s: float = 0.2, stopped_is_idle: bool = False
+) -> float:
     """Wait until the engines at `urls` run nothing (their sglang:num_running_reqs is 0): smg keeps
     the streams it opened on a worker past its settle, so a dropped worker is not idle when smg
-    forgets it (docs/fleet.md). The seconds waited; FleetError naming the busy ones."""
-    polled = poll(
-        lambda: [fleet.engine_running(u) for u in urls], lambda seen: not any(seen), timeout_s, interval_s
-    )
+    forgets it (docs/fleet.md). With `stopped_is_idle` (hosts being retired, whose programs an
+    earlier play may have stopped), an engine refusing the connection counts as idle. The seconds
+    waited; FleetError naming the busy ones."""
+    running = running_or_stopped if stopped_is_idle else fleet.engine_running
+    polled = poll(lambda: [running(u) for u in urls], lambda seen: not any(seen), timeout_s, interval_s)
     if not polled.settled:
         busy = [f"{u}: {n:g}" for u, n in zip(urls, polled.seen, strict=True) if n]
         raise fleet.FleetError(f"engines still run requests after {timeout_s:g} s: {', '.join(busy)}")
@@ -182,7 +200,8 @@ def _listing(workers: Sequence[fleet.Worker]) -> list[dict[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m pd_appliance.serving.discovery --router URL --file F [--drained URL ...]`, the key
     in $PD_ROUTER_API_KEY (never on a command line): wait until smg's workers equal the file, then
-    until the engines at each --drained URL (workers just dropped from it) run nothing. `--list`
+    until the engines at each --drained URL (workers just dropped from it) run nothing, and those at
+    each --retired URL (a host being retired: a stopped engine counts as idle). `--list`
     only lists smg's workers. Prints one JSON line (smg's workers included); exit 1 naming the
     difference or the busy engine."""
     p = argparse.ArgumentParser(prog="pd_appliance.serving.discovery", description=__doc__.splitlines()[0])
@@ -190,6 +209,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--file", type=Path, help="the discovery file smg reads")
     p.add_argument(
         "--drained", action="append", default=[], metavar="URL", help="an engine dropped from the file"
+    )
+    p.add_argument(
+        "--retired",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an engine of a host being retired, dropped from the file (stopped counts as idle)",
     )
     p.add_argument("--list", action="store_true", help="list smg's workers, check nothing")
     p.add_argument("--timeout-s", type=float, default=60.0)
@@ -203,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             out["waited_s"] = round(check(workers, json.loads(args.file.read_text()), args.timeout_s), 2)
             if args.drained:
                 out["idle_after_s"] = round(idle(args.drained, args.timeout_s), 2)
+            if args.retired:
+                waited = idle(args.retired, args.timeout_s, stopped_is_idle=True)
+                out["retired_idle_after_s"] = round(waited, 2)
         out["workers"] = _listing(workers.all())
     except (OSError, ValueError, fleet.FleetError) as exc:
         print(json.dumps({"ok": False, "error": str(exc)}))
