@@ -59,6 +59,15 @@ CASES = {
         {"day2_profile_requests": "many"},
         "- 'role day2: argument ''day2_profile_requests'' is of type str",
     ),
+    # The variant role's knobs, under their new names and the old serving_* ones (still honoured).
+    "wrong_type_of_a_variant_knob": (
+        {"variant_apply_adopted": "sometimes"},
+        "- 'role variant: argument ''variant_apply_adopted'' is of type str",
+    ),
+    "wrong_type_of_a_variant_knob_under_its_old_name": (
+        {"serving_apply_adopted_variant": "sometimes"},
+        "- 'role variant: argument ''serving_apply_adopted_variant'' is of type str",
+    ),
     "instances_overlap_and_share_a_port": (
         {
             "serving_instances": [

@@ -27,8 +27,10 @@ ENV_HOOK_KEYS = ("common", "prefill", "decode", "aggregated", "router", "host")
 # expect_unsupported_on_sm120: why SGLang's resolution is expected to pick a path this GPU lacks
 # (tests/sglang/test_model_resolution.py holds the candidate to it instead of failing on it).
 VARIANT_KEYS = frozenset({"name", "description", "vars", "env_hooks", "expect_unsupported_on_sm120"})
-# Serving variables a variant may not set: the variant machinery itself, secrets (they would land
-# in reports and the adopted-variant record), and the env hooks (use env_hooks, which merge).
+# Serving variables a variant may not set: the variant machinery itself (roles/variant's knobs under
+# their old serving_* names, still honoured; the variant_* names are refused as no serving_* name),
+# secrets (they would land in reports and the adopted-variant record), and the env hooks (use
+# env_hooks, which merge).
 RESERVED = frozenset(
     {
         "serving_variant",
