@@ -53,11 +53,12 @@ def test_prometheus_scrapes_every_instance_with_its_program_name(rendered: Path)
         (["127.0.0.1:30002"], {"host": "localhost", "role": "decode", "pd_instance": "decode-1"}),
         (["127.0.0.1:30003"], {"host": "localhost", "role": "decode", "pd_instance": "decode-2"}),
     ]
-    relabel = [(r["regex"], r["replacement"]) for r in jobs["smg"]["metric_relabel_configs"]]
-    assert len(relabel) == 4
+    # Each worker URL smg reports gets its worker_type and its inventory host (worker_host).
+    relabel = [(r["regex"], r["target_label"], r["replacement"]) for r in jobs["smg"]["metric_relabel_configs"]]
+    assert len(relabel) == 8
     for port, role in ((30000, "prefill"), (30001, "decode"), (30002, "decode"), (30003, "decode")):
-        matching = [r for regex, r in relabel if re.fullmatch(regex, f"http://127.0.0.1:{port}")]
-        assert matching == [role], (port, relabel)
+        matching = [(t, r) for regex, t, r in relabel if re.fullmatch(regex, f"http://127.0.0.1:{port}")]
+        assert matching == [("worker_type", role), ("worker_host", "localhost")], (port, relabel)
 
 
 def test_gpu_exporter_assigns_each_gpu_to_its_instance(rendered: Path) -> None:
@@ -92,10 +93,12 @@ def test_aggregated_replicas_are_scraped_and_alerted_on_as_smgs_one_worker_type(
     targets = [(c["targets"], c["labels"]["pd_instance"]) for c in jobs["sglang"]["static_configs"]]
     assert targets == [(["127.0.0.1:30000"], "aggregated-0"), (["127.0.0.1:30001"], "aggregated-1")]
     assert {c["labels"]["role"] for c in jobs["sglang"]["static_configs"]} == {"aggregated"}
-    assert {r["replacement"] for r in jobs["smg"]["metric_relabel_configs"]} == {"aggregated"}
+    relabel = jobs["smg"]["metric_relabel_configs"]
+    assert {r["replacement"] for r in relabel if r["target_label"] == "worker_type"} == {"aggregated"}
+    assert {r["replacement"] for r in relabel if r["target_label"] == "worker_host"} == {"localhost"}
     rules = yaml.safe_load((rendered_aggregated / "monitoring/rules/pd-appliance.rules.yml").read_text())
     router_alerts = [
-        r for g in rules["groups"] for r in g["rules"] if r["alert"].startswith("PDRouterNoAvailable")
+        r for g in rules["groups"] for r in g["rules"] if r.get("alert", "").startswith("PDRouterNoAvailable")
     ]
     assert [r["alert"] for r in router_alerts] == ["PDRouterNoAvailableAggregated"]
     for rule in router_alerts:
