@@ -55,6 +55,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SK
 def lab_inventory(target: Path) -> Path:
     """The multinode scenario's inventory, moved to the faults lab's addresses and SSH directory."""
     shutil.copytree(SCENARIO_INVENTORY / "group_vars", target / "group_vars")  # links become files
+    # The stand-ins' addresses too (the Hub stand-in listens on the lab network's gateway).
+    standins = target / "group_vars" / "all" / "zz-standins.yml"
+    standins.write_text(ADDRESS.sub(lambda m: f"10.254.81.{128 + int(m.group(1))}", standins.read_text()))
     text = (SCENARIO_INVENTORY / "hosts.yml").read_text()
     text = ADDRESS.sub(lambda m: f"10.254.81.{128 + int(m.group(1))}", text)
     text = text.replace("{{ inventory_dir }}/../../../.rehearsal/containers/multinode", LAB["pdlab_dir"])
@@ -104,8 +107,13 @@ def lab(tmp_path: Path) -> Iterator[Path]:
     try:
         created = lab_playbook("create.yml", inventory)
         assert created.returncode == 0, created.stdout[-4000:] + created.stderr[-2000:]
+        # The declared stand-ins, as molecule's prepare step starts them: the NVML and PCI-bus
+        # stand-ins live on the hosts (/opt/pd-standins), and preflight reads them.
+        prepared = run_playbook(ROOT / "standins" / "prepare.yml", inventory)
+        assert prepared.returncode == 0, prepared.stdout[-4000:] + prepared.stderr[-2000:]
         yield inventory
     finally:
+        run_playbook(ROOT / "standins" / "cleanup.yml", inventory)
         destroyed = lab_playbook("destroy.yml", inventory)
         assert destroyed.returncode == 0, destroyed.stdout[-4000:]
         assert left_over() == ""

@@ -54,7 +54,8 @@ def test_prometheus_scrapes_every_instance_with_its_program_name(rendered: Path)
         (["127.0.0.1:30003"], {"host": "localhost", "role": "decode", "pd_instance": "decode-2"}),
     ]
     # Each worker URL smg reports gets its worker_type and its inventory host (worker_host).
-    relabel = [(r["regex"], r["target_label"], r["replacement"]) for r in jobs["smg"]["metric_relabel_configs"]]
+    smg_relabel = jobs["smg"]["metric_relabel_configs"]
+    relabel = [(r["regex"], r["target_label"], r["replacement"]) for r in smg_relabel]
     assert len(relabel) == 8
     for port, role in ((30000, "prefill"), (30001, "decode"), (30002, "decode"), (30003, "decode")):
         matching = [(t, r) for regex, t, r in relabel if re.fullmatch(regex, f"http://127.0.0.1:{port}")]

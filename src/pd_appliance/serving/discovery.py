@@ -29,7 +29,6 @@ from pd_appliance.serving import commands, fleet
 from pd_appliance.serving.polling import poll
 
 MANIFEST_VERSION = 1
-KEY_ENV = "PD_ROUTER_API_KEY"
 
 
 def manifest(instances: Sequence[Mapping[str, Any]], out: Sequence[str] = ()) -> dict[str, Any]:
@@ -199,11 +198,12 @@ def _listing(workers: Sequence[fleet.Worker]) -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m pd_appliance.serving.discovery --router URL --file F [--drained URL ...]`, the key
-    in $PD_ROUTER_API_KEY (never on a command line): wait until smg's workers equal the file, then
-    until the engines at each --drained URL (workers just dropped from it) run nothing, and those at
-    each --retired URL (a host being retired: a stopped engine counts as idle). `--list`
-    only lists smg's workers. Prints one JSON line (smg's workers included); exit 1 naming the
-    difference or the busy engine."""
+    on stdin with --api-key-stdin (never on a command line, nor in the environment: Ansible renders a
+    task's `environment:` into the sh -c line that starts it, in /proc/*/cmdline): wait until smg's
+    workers equal the file, then until the engines at each --drained URL (workers just dropped from
+    it) run nothing, and those at each --retired URL (a host being retired: a stopped engine counts
+    as idle). `--list` only lists smg's workers. Prints one JSON line (smg's workers included); exit
+    1 naming the difference or the busy engine."""
     p = argparse.ArgumentParser(prog="pd_appliance.serving.discovery", description=__doc__.splitlines()[0])
     p.add_argument("--router", required=True, help="the router's base URL")
     p.add_argument("--file", type=Path, help="the discovery file smg reads")
@@ -218,9 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="an engine of a host being retired, dropped from the file (stopped counts as idle)",
     )
     p.add_argument("--list", action="store_true", help="list smg's workers, check nothing")
+    p.add_argument("--api-key-stdin", action="store_true", help="read the router's key from stdin")
     p.add_argument("--timeout-s", type=float, default=60.0)
     args = p.parse_args(argv)
-    workers = fleet.SmgWorkers(args.router, os.environ.get(KEY_ENV, ""))
+    workers = fleet.SmgWorkers(args.router, sys.stdin.readline().strip() if args.api_key_stdin else "")
     out: dict[str, Any] = {"ok": True}
     try:
         if not args.list:
