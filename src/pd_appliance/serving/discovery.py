@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import urllib.error
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pd_appliance.files import write_atomic
 from pd_appliance.serving import commands, fleet
 from pd_appliance.serving.polling import poll
 
@@ -100,9 +100,7 @@ def check(
 def write(path: Path, listed: Mapping[str, Any]) -> None:
     """Replace the discovery file in one rename (smg never reads half a list); what the play's
     pd_config_files task does, for the tools and tests that change the fleet outside a play."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(listed, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(listed, indent=2) + "\n")
 
 
 def without(listed: Mapping[str, Any], urls: Sequence[str]) -> dict[str, Any]:
