@@ -7,6 +7,7 @@ smg never takes and a port in use, and leaves no private smg behind in any case.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pd_appliance.serving import host_gate
+from pd_appliance.serving import discovery, host_gate
 from pd_testlib import FAST_ENGINE_START, ROOT, reserve_ports, wait_http
 
 BIN = Path(sys.executable).parent
@@ -48,16 +49,26 @@ def test_a_host_joins_when_none_of_its_instances_is_in_the_file_and_it_is_not_ou
               published("b", "decode", 4), published("c", "decode", 5),
               published("d", "decode", 6)]  # fmt: skip
     listed = {"version": 1, "workers": [{"url": "http://127.0.0.1:1"}, {"url": "http://127.0.0.1:2"}]}
-    assert host_gate.joining(fleet_, listed, out=["d"]) == ["b", "c"]
+    assert discovery.joining(fleet_, listed, out=["d"]) == ["b", "c"]
     # One instance still listed (a relayout of a host in rotation): not a join.
-    assert host_gate.joining(fleet_, {"workers": [*listed["workers"], {"url": "http://127.0.0.1:3"}]}) == [
+    assert discovery.joining(fleet_, {"workers": [*listed["workers"], {"url": "http://127.0.0.1:3"}]}) == [
         "c", "d"
     ]  # fmt: skip
-    assert host_gate.joining(fleet_, None) == [], "no file yet: a first deploy, the validate stage gates it"
+    assert discovery.joining(fleet_, None) == [], "no file yet: a first deploy, the validate stage gates it"
     # A decode-only host is gated with the first in-rotation prefill; a whole host borrows nothing.
-    assert host_gate.companions(fleet_, listed, ["c"]) == [published("a", "prefill", 1, 8)]
-    assert host_gate.companions(fleet_, listed, ["b"]) == []
-    assert host_gate.companions(fleet_, {"workers": []}, ["c"]) == []
+    assert discovery.companions(fleet_, listed, ["c"]) == [published("a", "prefill", 1, 8)]
+    assert discovery.companions(fleet_, listed, ["b"]) == []
+    assert discovery.companions(fleet_, {"workers": []}, ["c"]) == []
+
+
+def test_the_file_as_the_play_found_it_is_none_only_when_there_is_none() -> None:
+    listed = {"version": 1, "workers": [{"url": "http://127.0.0.1:1", "worker_type": "decode"}]}
+    read = {"source": "/srv/f.json", "content": base64.b64encode(json.dumps(listed).encode()).decode()}
+    assert discovery.listed_before(read, True) == listed
+    assert discovery.listed_before({"source": "/srv/f.json"}, False) is None
+    # Unreadable is not "no file": that would let a joining host in ungated.
+    with pytest.raises(ValueError, match=r"/srv/f.json exists but could not be read: .*become"):
+        discovery.listed_before({"source": "/srv/f.json"}, True)
 
 
 def test_the_set_must_hold_a_prefill_and_a_decode_or_be_aggregated() -> None:
@@ -172,6 +183,7 @@ def test_the_gate_passes_through_a_private_smg_from_the_cli_and_stops_it(engines
     assert result["instances"] == [i["url"] for i in engines["instances"]]
     # 32 tokens at 10 ms after 40 ms: about 90 tok/s; far above the 20 asked for, far below a 10x slip.
     assert 20.0 < result["output_tok_s"] < 200.0, result
+    assert result["summary"].startswith(f"node-c passed: bs=1 {result['output_tok_s']:g} tok/s >= 20 ")
     assert_no_private_smg(engines)
 
 
@@ -183,6 +195,8 @@ def test_an_impossible_threshold_fails_naming_the_figure_and_stops_the_private_s
     assert (
         f"bs=1 output throughput {result['output_tok_s']:.2f} tok/s < threshold 1000000.00" in result["error"]
     )
+    failed = f"node-c FAILED: bs=1 {result['output_tok_s']:g} tok/s, threshold 1e+06"
+    assert result["summary"].startswith(failed)
     assert_no_private_smg(engines)
 
 

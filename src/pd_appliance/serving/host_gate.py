@@ -13,7 +13,7 @@ probe, failed requests, output tok/s against the threshold). The private smg is 
 also on an error or a timeout.
 
 The set gated must hold a prefill and a decode, or aggregated instances: a host of one PD role is
-gated together with an in-rotation instance of the other role (`companions`).
+gated together with an in-rotation instance of the other role (discovery.companions).
 """
 
 from __future__ import annotations
@@ -95,44 +95,6 @@ def set_problem(instances: Sequence[Mapping[str, Any]]) -> str | None:
             "(__serving_gate_extra_instances), or with a host of that role"
         )
     return None
-
-
-def joining(
-    instances: Sequence[Mapping[str, Any]], listed: Mapping[str, Any] | None, out: Sequence[str] = ()
-) -> list[str]:
-    """The hosts joining the fleet: none of their instances is in the discovery file as it stood
-    before the play (`listed`), and they are not out of rotation (`out`: drained or retired). A
-    missing file (None) is a first deploy: nobody joins, the validate stage gates the whole."""
-    if listed is None:
-        return []
-    in_file = {str(w["url"]) for w in listed.get("workers") or []}
-    found = []
-    for host in hosts_of(instances):
-        urls = {str(i["url"]) for i in instances if str(i.get("host")) == host}
-        if host not in set(out) and not urls & in_file:
-            found.append(host)
-    return found
-
-
-def companions(
-    instances: Sequence[Mapping[str, Any]], listed: Mapping[str, Any] | None, hosts: Sequence[str]
-) -> list[dict[str, Any]]:
-    """What the gate of `hosts` borrows: for each PD role their instances lack, the first instance
-    of that role in rotation (listed in the discovery file `listed`, of another host). [] when the
-    hosts hold both roles (or are aggregated), or when the file lists none of the missing role (the
-    gate then says so)."""
-    own = [i for i in instances if str(i.get("host")) in set(hosts)]
-    roles = {str(i["role"]) for i in own}
-    if not own or commands.AGGREGATED in roles:
-        return []
-    in_file = {str(w["url"]) for w in (listed or {}).get("workers") or []}
-    borrowed = []
-    for role in ("prefill", "decode"):
-        if role in roles:
-            continue
-        serving = [i for i in instances if i["role"] == role and str(i["url"]) in in_file and i not in own]
-        borrowed += [dict(serving[0])] if serving else []
-    return borrowed
 
 
 def private_argv(spec: GateSpec, discovery_file: Path) -> list[str]:
@@ -360,7 +322,22 @@ def run(spec: GateSpec) -> dict[str, Any]:
     except (GateError, commands.CommandError, fleet.FleetError, OSError, ValueError) as exc:
         result["error"] = str(exc)
     result["took_s"] = round(time.perf_counter() - started, 2)
+    result["summary"] = summary(result)
     return result
+
+
+def summary(result: Mapping[str, Any]) -> str:
+    """The gate's outcome in one line, as the play prints it."""
+    hosts = ", ".join(result["hosts"])
+    figure = "not measured" if result["output_tok_s"] is None else f"{result['output_tok_s']:g} tok/s"
+    if not result["passed"]:
+        return f"{hosts} FAILED: bs=1 {figure}, threshold {result['threshold']:g} tok/s: {result['error']}"
+    over = ", ".join(result["instances"])
+    return (
+        f"{hosts} passed: bs=1 {figure} >= {result['threshold']:g} (serving_fleet_gate_min_output_tok_s), "
+        f"{result['requests']} requests of {result['output_len']} tokens over {over} "
+        f"through a private smg ({result['took_s']:g} s)"
+    )
 
 
 def _terminate(signum: int, _frame: object) -> None:
