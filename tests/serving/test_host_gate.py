@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,17 +95,24 @@ def test_the_private_smg_is_the_product_argv_on_loopback_with_its_own_file_and_p
     assert flags["--shutdown-grace-period-secs"] == "0", "nothing runs on it when it stops"
 
 
-def gate_processes() -> list[int]:
-    """Every live process whose command line names a gate's temporary directory (the private smg)."""
-    found = []
+def gate_command_lines() -> dict[int, bytes]:
+    """The command line of every live process of a gate: the gate itself, and its private smg (whose
+    command line names the gate's temporary directory)."""
+    found = {}
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if b"pd-host-gate-" in (proc / "cmdline").read_bytes():
-                    found.append(int(proc.name))
+                line = (proc / "cmdline").read_bytes()
             except OSError:
                 continue
+            if b"pd-host-gate-" in line or b"pd_appliance.serving.host_gate" in line:
+                found[int(proc.name)] = line
     return found
+
+
+def gate_processes() -> list[int]:
+    """Every live process whose command line names a gate's temporary directory (the private smg)."""
+    return [pid for pid, line in gate_command_lines().items() if b"pd-host-gate-" in line]
 
 
 def free(port: int) -> bool:
@@ -175,9 +183,23 @@ def test_the_gate_passes_through_a_private_smg_from_the_cli_and_stops_it(engines
         f"--metrics-port={engines['metrics_port']}", "--threshold=20", "--requests=3", "--output-len=32",
         "--timeout-s=30", "--model=dsv4-flash",
     ]  # fmt: skip
-    done = subprocess.run(argv, input=KEY + "\n", capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    gate = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert gate.stdin is not None
+    gate.stdin.write(KEY + "\n")
+    gate.stdin.close()
+    # While it runs: the gate's processes (its own, the private smg's) never carry the key on a command line.
+    seen: dict[int, bytes] = {}
+    while gate.poll() is None:
+        seen |= {pid: line for pid, line in gate_command_lines().items() if pid != os.getpid()}
+        time.sleep(0.05)
+    assert gate.stdout is not None and gate.stderr is not None  # one JSON line: the pipes never fill
+    out, err = gate.stdout.read(), gate.stderr.read()
+    assert gate.returncode == 0, out + err
+    assert any(b"pd-host-gate-" in line for line in seen.values()), "the private smg was never seen"
+    assert not [line for line in seen.values() if KEY.encode() in line], "the key was on a command line"
+    result = json.loads(out.strip().splitlines()[-1])
     assert result["passed"] is True and result["error"] is None, result
     assert result["hosts"] == ["node-c"] and result["requests"] == 3 and result["threshold"] == 20.0
     assert result["instances"] == [i["url"] for i in engines["instances"]]
