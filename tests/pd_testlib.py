@@ -174,12 +174,13 @@ def reserve_ports(count: int) -> list[int]:
     raise RuntimeError(f"no {count} free ports left to reserve under {PORT_LOCK_DIR}")
 
 
-# Every port a rehearsal's programs listen on (serving and the monitor stage): a private inventory copy
-# reserves all of them, so that no stage of it meets another test's programs or the checkout's rehearsal.
+# Every port a rehearsal's programs listen on (serving and the monitor stage; a host gate's private smg,
+# while a host joins): a private inventory copy reserves all of them, so that no stage of it meets another
+# test's programs or the checkout's rehearsal.
 REHEARSAL_PORTS = (
     "serving_prefill_port", "serving_decode_port", "serving_bootstrap_port", "serving_router_port",
     "serving_router_metrics_port", "monitoring_prometheus_port", "monitoring_node_exporter_port",
-    "monitoring_gpu_exporter_port",
+    "monitoring_gpu_exporter_port", "serving_fleet_gate_port", "serving_fleet_gate_metrics_port",
 )  # fmt: skip
 
 

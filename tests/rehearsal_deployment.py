@@ -120,16 +120,19 @@ def private_deployment(
     variables: Mapping[str, object] | None = None,
 ) -> tuple[Deployment, list[int]]:
     """A deployment of its own under `base`, not converged yet: install root, artifacts, reserved
-    router and monitoring ports (preflight checks the monitor stage's too), a reserved port for
+    router, host gate and monitoring ports (preflight checks the monitor stage's too), a reserved port for
     each variable in `named_ports`, `worker_ports` more reserved ports for the test's layouts, and
     the test's own `variables`."""
-    router, metrics, prometheus, node, gpu, *ports = reserve_ports(5 + len(named_ports) + worker_ports)
+    router, metrics, prometheus, node, gpu, gate, gate_metrics, *ports = reserve_ports(
+        7 + len(named_ports) + worker_ports
+    )
     everything = {
         "appliance_root": str(base / "root"), "appliance_tools_venv": sys.prefix,
         "appliance_router_venv": sys.prefix, "serving_router_port": router,
         "serving_router_metrics_port": metrics, "serving_router_api_key": api_key, **private_artifacts(base),
         "monitoring_prometheus_port": prometheus, "monitoring_node_exporter_port": node,
-        "monitoring_gpu_exporter_port": gpu, **dict(zip(named_ports, ports, strict=False)),
+        "monitoring_gpu_exporter_port": gpu, "serving_fleet_gate_port": gate,
+        "serving_fleet_gate_metrics_port": gate_metrics, **dict(zip(named_ports, ports, strict=False)),
         **(variables or {}),
     }  # fmt: skip
     vars_file = base / "vars.json"

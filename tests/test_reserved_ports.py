@@ -21,6 +21,9 @@ def test_reserved_ports_are_outside_the_ephemeral_range_and_the_defaults() -> No
     assert not any(low <= p <= high for p in ports), (low, high, ports)
     assert not set(ports) & appliance_default_ports()
     assert {29000, 30000, 30001} <= appliance_default_ports(), "the rehearsal's defaults are read"
+    # A host gate's private smg (roles/serving serving_fleet_gate_*): never handed to a test's program.
+    assert {8010, 29010} <= appliance_default_ports()
+    assert {"serving_fleet_gate_port", "serving_fleet_gate_metrics_port"} <= set(pd_testlib.REHEARSAL_PORTS)
 
 
 def test_another_process_never_gets_a_port_this_one_holds() -> None:

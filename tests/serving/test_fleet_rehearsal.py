@@ -4,7 +4,8 @@ Two, then three inventory hosts on this machine (ansible_connection local), each
 install root (its own supervisord) and its own ports: node-a runs a prefill, a decode and the
 router, node-b and node-c a prefill and a decode each. playbooks/serve.yml converges them as it
 would three lab hosts. An open-loop client (pd_appliance.bench.faults.measure: streamed chat
-requests through the router) runs while node-c is added (a serve with it in the inventory) and
+requests through the router) runs while node-c is added (a serve with it in the inventory: gated on
+its own first, once with an impossible threshold, which keeps it out, then as shipped) and
 while node-b is drained (playbooks/day2/drain.yml) and put back, and while node-c is retired
 (a serve with serving_fleet_retire: [node-c]: drained, then its programs stopped); no request may fail and smg
 (pd:router on node-a) must keep its pid throughout. Every process started is stopped at the end.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -136,6 +138,37 @@ def test_two_hosts_serve_behind_one_router(cluster: Fleet) -> None:
     assert set(cluster.pids("node-b")) == {"prefill", "decode"}
 
 
+def host_gate_said(played: Any, host: str) -> str:
+    """What the serve play's host gate (roles/serving/tasks/host_gate.yml) said of `host`, or ''."""
+    found = re.search(rf"host gate: {re.escape(host)} (passed|FAILED)[^\"]*", " ".join(played.stdout.split()))
+    return found.group(0) if found else ""
+
+
+def test_a_joining_host_failing_its_own_gate_stays_out_and_the_router_serves(cluster: Fleet) -> None:
+    router = cluster.pids("node-a")["router"]
+    cluster.hosts_file(HOSTS)
+    played: list[Any] = []
+
+    def add() -> float:
+        at = time.perf_counter()
+        impossible = "serving_fleet_gate_min_output_tok_s=1000000"
+        played.append(cluster.play("playbooks/serve.yml", "-e", impossible))
+        return at
+
+    span = cluster.converge_s * 1.5 + 20
+    spec = LoadSpec(
+        rate_rps=1, duration_s=span, fault_at_s=2, max_tokens=100, api="chat", request_timeout_s=120
+    )
+    result = measure(cluster.router, "dsv4-flash", spec, add, api_key=KEY)
+    assert played[0].returncode != 0
+    said = host_gate_said(played[0], "node-c")
+    assert said.startswith("host gate: node-c FAILED: bs=1 ") and "threshold 1e+06 tok/s" in said, said
+    assert result["failed"] == 0, result["errors"]
+    assert cluster.pids("node-a")["router"] == router
+    assert set(cluster.pids("node-c")) == {"prefill", "decode"}, "node-c was converged, only not listed"
+    assert registered(cluster) == {*cluster.urls("node-a"), *cluster.urls("node-b")}
+
+
 def test_a_host_added_under_load_fails_no_request_and_keeps_the_router(cluster: Fleet) -> None:
     router = cluster.pids("node-a")["router"]
     cluster.hosts_file(HOSTS)
@@ -153,6 +186,7 @@ def test_a_host_added_under_load_fails_no_request_and_keeps_the_router(cluster: 
     )
     result = measure(cluster.router, "dsv4-flash", spec, add, api_key=KEY)
     assert played[0].returncode == 0, played[0].stdout[-6000:]
+    assert host_gate_said(played[0], "node-c").startswith("host gate: node-c passed: bs=1 "), "no gate ran"
     RESULTS["add a host (serve with node-c in the inventory)"] = result
     assert result["failed"] == 0, result["errors"]
     assert cluster.pids("node-a")["router"] == router

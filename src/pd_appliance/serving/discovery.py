@@ -17,6 +17,7 @@ names the difference when it does not within the bound.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 import urllib.error
@@ -55,6 +56,66 @@ def out_of_rotation(states: Mapping[str, Mapping[str, Any] | None]) -> list[str]
     return [
         host for host, state in states.items() if ((state or {}).get("fleet") or {}).get("rotation") == "out"
     ]
+
+
+def listed_before(read: Mapping[str, Any] | None, exists: bool) -> dict[str, Any] | None:
+    """The discovery file as the play found it on the router host, from the role's single host read
+    (pd_host_read: `content` base64 when it could read the file); None when there is no file yet (a
+    first deploy). A file that exists but could not be read is an error: taking it for a first
+    deploy would let a joining host into the fleet ungated."""
+    content = (read or {}).get("content")
+    if content is None:
+        if exists:
+            raise ValueError(
+                f"smg's discovery file {(read or {}).get('source')} exists but could not be read: run the "
+                "play as a user that can read it (become), so the hosts joining the fleet are known"
+            )
+        return None
+    listed: dict[str, Any] = json.loads(base64.b64decode(content))
+    return listed
+
+
+def _hosts(instances: Sequence[Mapping[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(str(i.get("host")) for i in instances))
+
+
+def joining(
+    instances: Sequence[Mapping[str, Any]], listed: Mapping[str, Any] | None, out: Sequence[str] = ()
+) -> list[str]:
+    """The hosts joining the fleet (issue 27's add path): none of their instances is in the discovery
+    file as it stood before the play (`listed`), and they are not out of rotation (`out`: drained or
+    retired). A missing file (None) is a first deploy: nobody joins, the validate stage gates the
+    whole deployment."""
+    if listed is None:
+        return []
+    in_file = {str(w["url"]) for w in listed.get("workers") or []}
+    found = []
+    for host in _hosts(instances):
+        urls = {str(i["url"]) for i in instances if str(i.get("host")) == host}
+        if host not in set(out) and not urls & in_file:
+            found.append(host)
+    return found
+
+
+def companions(
+    instances: Sequence[Mapping[str, Any]], listed: Mapping[str, Any] | None, hosts: Sequence[str]
+) -> list[dict[str, Any]]:
+    """What the gate of `hosts` borrows (pd_appliance.serving.host_gate): for each PD role their
+    instances lack, the first instance of that role in rotation (listed in `listed`, of another
+    host; on an add it serves the same release). [] when the hosts hold both roles (or aggregated
+    ones), or when the file lists none of the missing role: the gate then names what is missing."""
+    own = [i for i in instances if str(i.get("host")) in set(hosts)]
+    roles = {str(i["role"]) for i in own}
+    if not own or commands.AGGREGATED in roles:
+        return []
+    in_file = {str(w["url"]) for w in (listed or {}).get("workers") or []}
+    borrowed = []
+    for role in ("prefill", "decode"):
+        if role in roles:
+            continue
+        serving = [i for i in instances if i["role"] == role and str(i["url"]) in in_file and i not in own]
+        borrowed += [dict(serving[0])] if serving else []
+    return borrowed
 
 
 def _key(worker: Mapping[str, Any]) -> tuple[str, str, int | None]:

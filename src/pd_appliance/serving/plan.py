@@ -127,9 +127,10 @@ def _worker_settings(s: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _router_settings(s: Mapping[str, Any]) -> dict[str, Any]:
+def router_settings(s: Mapping[str, Any]) -> dict[str, Any]:
     """commands.router_argv's settings: every serving_router_* variable without the prefix, and the
-    metrics address, the outage grace and the log level under router_argv's names."""
+    metrics address, the outage grace and the log level under router_argv's names. Public: a host's
+    own gate (pd_appliance.serving.host_gate) starts a private smg from the same settings."""
     return {
         **_stripped(s, ROUTER_PREFIX),
         "prometheus_host": s["serving_router_host"],
@@ -175,7 +176,7 @@ def _launch(p: PlanInputs) -> _Launch:
         },
         all_instances=p.all_instances,
         router_command=s["serving_router_command"],
-        router_settings=_router_settings(s),
+        router_settings=router_settings(s),
     )
 
 
